@@ -1,0 +1,1 @@
+"""envd: sandboxed execution environments for agent context engines."""

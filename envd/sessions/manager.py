@@ -1,0 +1,240 @@
+"""The session registry: create, find, list and close sessions; recover them after a restart.
+
+Sessions are recorded in SQLite before their sandbox starts, so a crash at any point leaves
+either a record to recover or an orphan to reap, never an invisible container. At start the
+manager re-adopts the sandboxes of recorded sessions (command sessions included: they live in
+the runner) and removes the sandboxes no record claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from engine import omni
+from envd.backends.base import Backend, BackendError, SandboxSpec
+from envd.channel import ChannelClosed, RunnerCallError, RunnerChannel
+from envd.commands import CommandFinished
+from envd.config import DaemonConfig
+from envd.errors import (
+    CapacityExceeded,
+    InvalidArgument,
+    SandboxUnavailable,
+    SessionNotFound,
+    ShuttingDown,
+)
+from envd.sessions.model import SessionOptions, check_session_id, new_session_id
+from envd.sessions.session import Session, SessionClosed
+from envd.sessions.store import SessionStore
+from envd.tools import builtin_tools
+
+log = logging.getLogger("envd.sessions")
+_REAP_INTERVAL_S = 5.0
+
+
+class SessionManager:
+    def __init__(self, config: DaemonConfig, backend: Backend, store: SessionStore) -> None:
+        self.config = config
+        self.backend = backend
+        self.store = store
+        self.sessions: dict[str, Session] = {}
+        self._starting = 0
+        self._closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Re-adopt recorded sessions, reap orphans, start the idle reaper."""
+        for stored in self.store.all():
+            spec = SandboxSpec.model_validate_json(stored.spec_json)
+            try:
+                handle = await self.backend.adopt(spec)
+                if handle is None:
+                    raise BackendError("its sandbox is gone")
+                channel = await RunnerChannel.connect(handle.socket_path, timeout=5)
+            except (BackendError, ChannelClosed, RunnerCallError, OSError) as exc:
+                log.warning("dropping session %s after restart: %s", stored.session_id, exc)
+                self.store.delete(stored.session_id)
+                with contextlib.suppress(BackendError):
+                    await self.backend.destroy(stored.session_id)
+                continue
+            handle.scratchpad.measure()
+            session = self._register(
+                stored.session_id, stored.tenant, stored.options, spec, handle, channel,
+                stored.created_at,
+            )
+            await self._adopt_commands(session)
+            log.info("re-adopted session %s", session.session_id)
+        known = set(self.sessions)
+        for session_id in await self.backend.owned():
+            if session_id not in known:
+                log.info("removing orphaned sandbox of session %s", session_id)
+                await self.backend.destroy(session_id)
+        self._spawn(self._reap_idle())
+
+    async def _adopt_commands(self, session: Session) -> None:
+        try:
+            listing = await session.channel.call("list")
+        except (ChannelClosed, RunnerCallError):
+            return
+        for proc in listing.get("procs", []):
+            if proc.get("orphan") == "keep":
+                meta = proc.get("meta") or {}
+                session.commands.adopt(str(proc["id"]), str(proc.get("cmd", "")),
+                                       bool(meta.get("background")))
+            else:
+                with contextlib.suppress(ChannelClosed, RunnerCallError):
+                    await session.channel.call("forget", id=proc["id"])
+
+    async def shutdown(self) -> None:
+        """Stop taking work, abort running calls, drop connections; sandboxes stay for the
+        next start to re-adopt."""
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        for session in self.sessions.values():
+            for abort in session.running.values():
+                abort.set()
+        deadline = time.monotonic() + 5
+        while any(s.running for s in self.sessions.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        for session in self.sessions.values():
+            await session.channel.close()
+        await self.backend.close()
+        self.store.close()
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- sessions --------------------------------------------------------------------------
+
+    async def create(self, options: SessionOptions, tenant: str) -> Session:
+        if self._closing:
+            raise ShuttingDown("the daemon is shutting down")
+        options.check(set(builtin_tools()))
+        if options.vault and self.backend.name == "local" and not self.config.allow_local_vault:
+            raise InvalidArgument(
+                "the local backend has no isolation: it takes no vault unless the daemon runs "
+                "with --allow-local-vault"
+            )
+        if len(self.sessions) + self._starting >= self.config.max_sessions:
+            raise CapacityExceeded(
+                f"the daemon is at its limit of {self.config.max_sessions} sessions; "
+                "close one or try again later"
+            )
+        session_id = new_session_id()
+        spec = SandboxSpec(
+            session_id=session_id,
+            image=options.image or self.config.default_image,
+            memory_bytes=options.memory_bytes or self.config.memory_bytes,
+            cpus=options.cpus or self.config.cpus,
+            pids=options.pids or self.config.pids,
+            network=options.network,
+            isolation=options.isolation,
+            labels=options.labels,
+            scratchpad_bytes=options.scratchpad_bytes or self.config.scratchpad_bytes,
+        )
+        if not options.idle_ttl_seconds:
+            options = options.model_copy(update={"idle_ttl_seconds": self.config.idle_ttl_seconds})
+        created_at = omni.now()
+        self._starting += 1
+        try:
+            self.store.put(session_id, tenant, options, spec.model_dump_json(), created_at)
+            try:
+                handle = await self.backend.create(spec)
+                channel = await RunnerChannel.connect(handle.socket_path)
+            except (BackendError, ChannelClosed, RunnerCallError) as exc:
+                self.store.delete(session_id)
+                with contextlib.suppress(BackendError):
+                    await self.backend.destroy(session_id)
+                raise SandboxUnavailable(f"cannot start the sandbox: {exc}") from exc
+            except BaseException:
+                self.store.delete(session_id)
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(self.backend.destroy(session_id))
+                raise
+        finally:
+            self._starting -= 1
+        session = self._register(session_id, tenant, options, spec, handle, channel, created_at)
+        log.info("created session %s", session_id, extra={"session_id": session_id})
+        return session
+
+    def _register(self, session_id: str, tenant: str, options: SessionOptions,
+                  spec: SandboxSpec, handle: object, channel: RunnerChannel,
+                  created_at: str) -> Session:
+        session = Session(
+            session_id=session_id, tenant=tenant, options=options, spec=spec,
+            handle=handle,  # type: ignore[arg-type]
+            channel=channel, created_at=created_at,
+        )
+        session.on_finished = self._on_finished
+        self.sessions[session_id] = session
+        self._spawn(self._watch_channel(session))
+        return session
+
+    def _on_finished(self, session: Session, finished: CommandFinished) -> None:
+        log.info("background command %s finished: %s", finished.process_id, finished.status,
+                 extra={"session_id": session.session_id})
+
+    async def _watch_channel(self, session: Session) -> None:
+        await session.channel.wait_closed()
+        if session.state == "closed" or self._closing:
+            return
+        status = await self.backend.status(session.session_id)
+        detail = status.detail or "the sandbox runner went away"
+        session.state = "broken"
+        session.detail = detail
+        session.channel.close_reason = f"the sandbox is unavailable: {detail}"
+        log.warning("session %s broken: %s", session.session_id, detail,
+                    extra={"session_id": session.session_id})
+        session.publish(SessionClosed("broken"))
+
+    def get(self, session_id: str, tenant: str) -> Session:
+        check_session_id(session_id)
+        session = self.sessions.get(session_id)
+        if session is None or session.tenant != tenant:
+            raise SessionNotFound(session_id)
+        return session
+
+    def list(self, tenant: str, labels: dict[str, str] | None = None) -> Iterable[Session]:
+        wanted = labels or {}
+        for session in list(self.sessions.values()):
+            if session.tenant != tenant:
+                continue
+            if all(session.options.labels.get(k) == v for k, v in wanted.items()):
+                yield session
+
+    async def close(self, session_id: str, tenant: str, reason: str = "closed") -> bool:
+        """Dispose of a session and its sandbox. False when there was nothing to close."""
+        check_session_id(session_id)
+        session = self.sessions.get(session_id)
+        if session is None or session.tenant != tenant:
+            return False
+        del self.sessions[session_id]
+        session.state = "closed"
+        for abort in session.running.values():
+            abort.set()
+        await session.channel.close()
+        try:
+            await self.backend.destroy(session_id)
+        finally:
+            self.store.delete(session_id)
+        session.publish(SessionClosed(reason))
+        log.info("closed session %s (%s)", session_id, reason, extra={"session_id": session_id})
+        return True
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(_REAP_INTERVAL_S)
+            now = time.monotonic()
+            for session in list(self.sessions.values()):
+                ttl = session.options.idle_ttl_seconds
+                if ttl > 0 and not session.running and now - session.last_used > ttl:
+                    with contextlib.suppress(Exception):
+                        await self.close(session.session_id, session.tenant, "idle_timeout")

@@ -1,0 +1,165 @@
+"""One live session: its sandbox connection, tools, running calls, command sessions and events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import omni
+from engine.omni import OmniMessage
+from envd.backends.base import SandboxHandle, SandboxSpec
+from envd.channel import RunnerChannel
+from envd.commands import CommandFinished, CommandSessions
+from envd.frame import BoundTool, execute_call
+from envd.sessions.model import SessionOptions, SessionStateName
+from envd.tools import builtin_tools
+from envd.tools.base import ToolContext
+
+# Set last, so that nothing the caller puts in the vault or defaults can override them.
+HARDENED_ENV = {
+    "GIT_EDITOR": "true",
+    "GIT_TERMINAL_PROMPT": "0",
+    "TERM": "dumb",
+    "NO_COLOR": "1",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+}
+_WATCH_DEPTH = 256
+
+
+@dataclass
+class SessionClosed:
+    reason: str  # "closed", "idle_timeout", "broken", "shutdown"
+
+
+SessionEvent = CommandFinished | SessionClosed
+
+
+def bind_tools(options: SessionOptions) -> dict[str, BoundTool]:
+    bound: dict[str, BoundTool] = {}
+    for name, tool in builtin_tools().items():
+        override = options.tools.get(name)
+        if override is not None and override.disabled:
+            continue
+        timeout = tool.timeout_ms
+        limit = tool.max_output_length
+        if override is not None and override.timeout_ms is not None:
+            timeout = override.timeout_ms
+        if override is not None and override.max_output_length is not None:
+            limit = override.max_output_length
+        bound[name] = BoundTool(tool, timeout, limit)
+    return bound
+
+
+@dataclass
+class Session:
+    session_id: str
+    tenant: str
+    options: SessionOptions
+    spec: SandboxSpec
+    handle: SandboxHandle
+    channel: RunnerChannel
+    created_at: str
+    state: SessionStateName = "running"
+    detail: str = ""
+    tools: dict[str, BoundTool] = field(default_factory=dict)
+    last_used: float = field(default_factory=time.monotonic)
+    last_used_at: str = field(default_factory=omni.now)
+    running: dict[str, asyncio.Event] = field(default_factory=dict)
+    on_finished: Callable[[Session, CommandFinished], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.tools = bind_tools(self.options)
+        self.commands = CommandSessions(self.channel, self._finished)
+        self._watchers: set[asyncio.Queue[SessionEvent]] = set()
+
+    # --- tools -----------------------------------------------------------------------------
+
+    def command_env(self) -> dict[str, str]:
+        return {**self.options.env_defaults, **self.options.vault, **HARDENED_ENV}
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+        self.last_used_at = omni.now()
+
+    def _context(
+        self, bound: BoundTool, tool_call_id: str, emit: Callable[[str], Any]
+    ) -> ToolContext:
+        return ToolContext(
+            tool_name=bound.name,
+            tool_call_id=tool_call_id,
+            workspace=self.handle.workspace,
+            scratchpad=self.handle.scratchpad.model_dir,
+            timeout_ms=bound.timeout_ms,
+            channel=self.channel,
+            commands=self.commands,
+            emit=emit,
+            command_env=self.command_env(),
+            network=self.options.network != "none",
+        )
+
+    async def execute(
+        self, call: omni.ToolCallPayload, signal: asyncio.Event | None = None
+    ) -> AsyncIterator[OmniMessage]:
+        """Run one call through the frame; ``cancel(tool_call_id)`` aborts it."""
+        abort = asyncio.Event()
+        call_id = call.tool_call_id
+        self.running[call_id] = abort
+        forward: asyncio.Task[None] | None = None
+        if signal is not None:
+            forward = asyncio.create_task(_forward(signal, abort))
+        self.touch()
+        try:
+            async for message in execute_call(call, self.tools, self._context,
+                                              self.handle.scratchpad, abort):
+                yield message
+        finally:
+            if forward is not None:
+                forward.cancel()
+            if self.running.get(call_id) is abort:
+                del self.running[call_id]
+            self.touch()
+
+    def cancel(self, tool_call_id: str) -> bool:
+        abort = self.running.get(tool_call_id)
+        if abort is None:
+            return False
+        abort.set()
+        return True
+
+    # --- events ----------------------------------------------------------------------------
+
+    def _finished(self, finished: CommandFinished) -> None:
+        self.publish(finished)
+        if self.on_finished is not None:
+            self.on_finished(self, finished)
+
+    def publish(self, event: SessionEvent) -> None:
+        for queue in list(self._watchers):
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(event)
+
+    async def watch(self) -> AsyncIterator[SessionEvent]:
+        """Events from now on, until the session closes."""
+        queue: asyncio.Queue[SessionEvent] = asyncio.Queue(maxsize=_WATCH_DEPTH)
+        self._watchers.add(queue)
+        try:
+            if self.state == "closed":
+                yield SessionClosed("closed")
+                return
+            while True:
+                event = await queue.get()
+                yield event
+                if isinstance(event, SessionClosed):
+                    return
+        finally:
+            self._watchers.discard(queue)
+
+
+async def _forward(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
