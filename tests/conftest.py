@@ -1,0 +1,117 @@
+"""Fixtures: daemons, sessions and environments on every backend.
+
+Docker-backed fixtures need a Docker engine and the sandbox image; ``scripts/ensure-docker.sh``
+and ``images/build.sh`` (run by ``make test``) provide both on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from envd.config import DaemonConfig
+from envd.environment import SandboxEnvironment
+from envd.sessions.manager import SessionManager
+from envd.sessions.model import SessionOptions
+from envd.sessions.store import SessionStore
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("ENVD_TEST_IMAGE", "envd-sandbox:latest")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        subprocess.run(["docker", "image", "inspect", IMAGE], check=True,
+                       capture_output=True, timeout=30)
+    except (subprocess.SubprocessError, OSError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    if not docker_available():
+        if os.environ.get("CI"):
+            pytest.fail("Docker or the sandbox image is missing (run make test)")
+        pytest.skip("Docker engine or sandbox image not available")
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="envd-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def make_backend(kind: str, data_dir: Path):  # type: ignore[no-untyped-def]
+    if kind == "local":
+        from envd.backends.local import LocalBackend
+
+        return LocalBackend(data_dir)
+    from envd.backends.docker import DockerBackend
+
+    return DockerBackend(data_dir, owner=f"test-{data_dir.name}")
+
+
+@pytest.fixture
+async def manager_factory(data_dir: Path) -> AsyncIterator[object]:
+    """``await make(kind, **config)`` -> a started SessionManager; all shut down and their
+    sessions closed at the end."""
+    managers: list[SessionManager] = []
+
+    async def make(kind: str = "docker", **config: object) -> SessionManager:
+        cfg = DaemonConfig(data_dir=data_dir, backend=kind, default_image=IMAGE,  # type: ignore[arg-type]
+                           **config)  # type: ignore[arg-type]
+        manager = SessionManager(cfg, make_backend(kind, data_dir), SessionStore(data_dir / "state.db"))
+        await manager.start()
+        managers.append(manager)
+        return manager
+
+    yield make
+    for manager in managers:
+        for session in list(manager.sessions.values()):
+            await manager.close(session.session_id, session.tenant)
+        await manager.shutdown()
+
+
+@pytest.fixture(params=["local", "docker"])
+async def sandbox_env(request: pytest.FixtureRequest, manager_factory) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
+    """An in-process Environment on each backend."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_ready")
+    manager = await manager_factory(request.param)
+    session = await manager.create(SessionOptions(), tenant="")
+    env = SandboxEnvironment(session, manager)
+    yield env
+    await env.dispose()
+
+
+@pytest.fixture
+async def local_env(manager_factory) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
+    manager = await manager_factory("local")
+    session = await manager.create(SessionOptions(), tenant="")
+    env = SandboxEnvironment(session, manager)
+    yield env
+    await env.dispose()
+
+
+@pytest.fixture
+async def docker_env(docker_ready, manager_factory) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
+    manager = await manager_factory("docker")
+    session = await manager.create(SessionOptions(), tenant="")
+    env = SandboxEnvironment(session, manager)
+    yield env
+    await env.dispose()
