@@ -115,3 +115,24 @@ async def docker_env(docker_ready, manager_factory) -> AsyncIterator[SandboxEnvi
     env = SandboxEnvironment(session, manager)
     yield env
     await env.dispose()
+
+
+@pytest.fixture(scope="session")
+def envd_daemon(docker_ready: None):  # type: ignore[no-untyped-def]
+    """One real ``envd serve`` (docker backend, bearer tokens) shared by end-to-end tests."""
+    from tests.daemon import DaemonProcess
+
+    root = Path(tempfile.mkdtemp(prefix="envd-e2e-"))
+    daemon = DaemonProcess(root / "data", image=IMAGE).start()
+    yield daemon
+    daemon.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def remote_env(envd_daemon):  # type: ignore[no-untyped-def]
+    from engine.remote import RemoteEnvironment
+
+    env = await RemoteEnvironment.create(envd_daemon.target, token=envd_daemon.token)
+    yield env
+    await env.dispose()

@@ -23,7 +23,12 @@ class CallResult:
 
     @property
     def deltas(self) -> list[str]:
-        return [m.payload.output for m in self.messages if m.payload.event_type == "delta"]  # type: ignore[attr-defined]
+        return [
+            m.payload.output
+            for m in self.messages
+            if isinstance(m.payload, omni.PartialToolCallOutputPayload)
+            and m.payload.event_type == "delta"
+        ]
 
 
 def new_call_id() -> str:
@@ -79,3 +84,11 @@ def check_stream(messages: list[OmniMessage], call_id: str) -> None:
     assert final.tool_call_id == call_id and final.role == "user"
     assert text == final.output, "deltas do not concatenate to the complete output"
     assert final.output != ""
+
+
+def containers_with_label(label: str) -> list[str]:
+    import subprocess
+
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={label}"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.split()

@@ -560,6 +560,12 @@ class Runner:
                         break
         return {"ancestor": ancestor or "/", "entries": entries}
 
+    async def op_realpath(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
+        """The path with every symlink resolved (missing tails kept), as the sandbox user sees
+        it: writes go to a link's target instead of replacing the link with a file."""
+        with self.as_user():
+            return {"path": os.path.realpath(str(h["path"]))}
+
     # --- connections ---------------------------------------------------------------------
 
     async def serve_connection(

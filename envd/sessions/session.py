@@ -100,6 +100,7 @@ class Session:
             emit=emit,
             command_env=self.command_env(),
             network=self.options.network != "none",
+            max_output_length=bound.max_output_length,
         )
 
     async def execute(

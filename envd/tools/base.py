@@ -57,6 +57,9 @@ class ToolContext:
     emit: Callable[[str], Awaitable[None]]
     command_env: Mapping[str, str] = field(default_factory=dict)
     network: bool = False
+    # The output limit in force for this call (<= 0: none); tools that size their own output
+    # (read_file's budget, write_file's diff) need it.
+    max_output_length: int = DEFAULT_MAX_OUTPUT
 
     def resolve(self, path: str) -> str:
         """A model-given path: absolute as is, relative against the workspace."""

@@ -26,14 +26,19 @@ DEFAULT_YIELD_MS = 60_000
 MIN_YIELD_MS = 250
 
 
-def clamp_yield(value: Any, default: int, timeout_ms: int) -> int:
+def clamp_yield(value: Any, default: int, timeout_ms: int) -> int | None:
     """The reference clamp: default for a non-number, at least 250 ms, and at most 1 s before
-    the call's timeout (no maximum when the timeout is disabled)."""
+    the call's timeout (no maximum when the timeout is disabled).
+
+    None when the timeout leaves no room for a yield window (under 1.25 s): a caller that asked
+    for such a short timeout wants the command bounded by it, not moved to a command session."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         value = default
     ms = max(float(value), MIN_YIELD_MS)
     if timeout_ms > 0:
-        ms = min(ms, max(timeout_ms - 1000, MIN_YIELD_MS))
+        if timeout_ms - 1000 < MIN_YIELD_MS:
+            return None
+        ms = min(ms, timeout_ms - 1000)
     return int(ms)
 
 
@@ -81,7 +86,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
         settled = False
         try:
-            info = await stream_until(stream, ctx.emit, loop.time() + yield_ms / 1000)
+            deadline = None if yield_ms is None else loop.time() + yield_ms / 1000
+            info = await stream_until(stream, ctx.emit, deadline)
             if info is None:
                 # Still running at the yield: it becomes a command session.
                 await channel.call("detach", id=process_id, orphan="keep")
