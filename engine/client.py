@@ -81,6 +81,9 @@ class EnvdClient:
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE),
             ("grpc.max_send_message_length", _MAX_MESSAGE),
+            # Our own subchannels: a fresh client must not inherit another one's reconnect
+            # backoff to the same address (e.g. right after the daemon restarted).
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         if tls is None:
             self.channel = grpc.aio.insecure_channel(target, options=options)

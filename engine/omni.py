@@ -132,10 +132,21 @@ class PartialToolCallOutputPayload(_Payload):
 
 
 class TokenCounts(BaseModel):
-    cache_read: int = 0
-    cache_write: int = 0
-    output: int = 0
-    total: int = 0
+    # No defaults: every count is always serialised.
+    cache_read: int
+    cache_write: int
+    output: int
+    total: int
+
+
+def empty_token_counts() -> TokenCounts:
+    return TokenCounts(cache_read=0, cache_write=0, output=0, total=0)
+
+
+def add_token_counts(a: TokenCounts, b: TokenCounts) -> TokenCounts:
+    return TokenCounts(cache_read=a.cache_read + b.cache_read,
+                       cache_write=a.cache_write + b.cache_write,
+                       output=a.output + b.output, total=a.total + b.total)
 
 
 class RequestBeginPayload(_Payload):
@@ -260,15 +271,15 @@ def now() -> str:
 
 
 def to_dict(message: OmniMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "timestamp": message.timestamp,
-        "type": message.type,
-        "payload": message.payload.model_dump(mode="json", exclude_unset=True),
-    }
-    # Discriminators have defaults, so exclude_unset would drop them: put them back.
-    ptype = getattr(message.payload, "type", None)
-    if ptype is not None:
-        out["payload"] = {"type": ptype, **out["payload"]}
+    payload = message.payload
+    # Optional fields appear only when given; "type" and "role" always (they have defaults
+    # because most payloads admit one value only).
+    dumped = payload.model_dump(mode="json", exclude_unset=True)
+    for key in ("role", "type"):
+        value = getattr(payload, key, None)
+        if key not in dumped and value is not None:
+            dumped = {key: value, **dumped}
+    out: dict[str, Any] = {"timestamp": message.timestamp, "type": message.type, "payload": dumped}
     if "origin" in message.model_fields_set and message.origin is not None:
         out["origin"] = list(message.origin)
     return out

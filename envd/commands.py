@@ -13,15 +13,17 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from envd.channel import ChannelClosed, ProcStream, RunnerCallError, RunnerChannel
 from envd.tools.base import ToolResult
 
 MAX_COMMAND_SESSIONS = 64
 KILL_GRACE_MS = 1000
+
+T = TypeVar("T")
 
 
 def new_process_id() -> str:
@@ -51,6 +53,8 @@ class CommandSession:
     created: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.monotonic)
     exit_info: dict[str, Any] | None = None
+    # One poll at a time: the channel has a single event stream per process.
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass
@@ -109,7 +113,8 @@ class CommandSessions:
 
     def _on_exit(self, info: dict[str, Any]) -> None:
         entry = self.sessions.get(str(info.get("id")))
-        if entry is None:
+        if entry is None or entry.exit_info is not None:
+            # Seen already: a poll's attach delivers the exit once more, after the broadcast.
             return
         entry.exit_info = info
         if entry.background and self._on_finished is not None:
@@ -164,3 +169,54 @@ async def flush_pending(stream: ProcStream, emit: Callable[[str], Any]) -> dict[
         elif event.kind == "exit":
             exit_info = event.info
     return exit_info
+
+
+async def forward_while(
+    stream: ProcStream, emit: Callable[[str], Any], request: Awaitable[T]
+) -> tuple[asyncio.Future[T], dict[str, Any] | None]:
+    """Await a runner request while forwarding the process's events.
+
+    The channel's reader blocks on a full stream queue, and the request's reply queues up behind
+    the output on the same connection: a busy process would hold the reply up for good. Returns
+    the finished request (result or exception inside) and the exit info if the exit came too."""
+    task = asyncio.ensure_future(request)
+    exit_info = None
+    try:
+        while not task.done():
+            getter = asyncio.ensure_future(stream.queue.get())
+            try:
+                await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not getter.done():
+                    getter.cancel()
+            if getter.done() and not getter.cancelled():
+                event = getter.result()
+                if event.kind == "out":
+                    await emit(event.text)
+                elif event.kind == "exit":
+                    exit_info = event.info
+    except BaseException:
+        task.cancel()
+        raise
+    return task, exit_info
+
+
+async def detach(
+    channel: RunnerChannel,
+    stream: ProcStream,
+    emit: Callable[[str], Any],
+    process_id: str,
+    **fields: Any,
+) -> dict[str, Any] | None:
+    """Stop the live delivery of a process's output (the runner keeps it again), forwarding what
+    raced in; the exit info when the process exited, its output all delivered, meanwhile."""
+    request, exit_info = await forward_while(
+        stream, emit, channel.call("detach", id=process_id, **fields)
+    )
+    try:
+        request.result()
+    except RunnerCallError as exc:
+        # Unknown to the runner: it exited and was delivered; that exit preceded this reply.
+        if exc.code != "ESRCH":
+            raise
+    return await flush_pending(stream, emit) or exit_info

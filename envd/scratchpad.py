@@ -116,7 +116,7 @@ class OutputArchive:
         directory = self.scratchpad.host_dir / ARCHIVE_DIR
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         # Readable by the sandbox user (who reads it back), writable by nobody inside.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
         self._fd = os.open(directory / self.name, flags, 0o644)
 
     def write(self, text: str) -> None:
@@ -161,7 +161,7 @@ class OutputArchive:
     def _fail(self, exc: OSError) -> None:
         """Stop archiving: a partial archive would mislead, so it is removed."""
         if isinstance(exc, QuotaExceeded):
-            self._error = str(exc)
+            self._error = exc.strerror
         else:
             self._error = errno.errorcode.get(exc.errno or 0, "EIO")
         if self._fd >= 0:

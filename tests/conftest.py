@@ -136,3 +136,26 @@ async def remote_env(envd_daemon):  # type: ignore[no-untyped-def]
     env = await RemoteEnvironment.create(envd_daemon.target, token=envd_daemon.token)
     yield env
     await env.dispose()
+
+
+def _envd_containers_and_volumes() -> set[str]:
+    if shutil.which("docker") is None:
+        return set()
+    found: set[str] = set()
+    for command in (["docker", "ps", "-aq", "--filter", "label=envd.managed"],
+                    ["docker", "volume", "ls", "-q", "--filter", "name=envd-ws-"]):
+        try:
+            out = subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return set()
+        found.update(out.split())
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaked_sandboxes() -> Iterator[None]:
+    """Fail the run when the suite leaves an envd container or workspace volume behind."""
+    before = _envd_containers_and_volumes()
+    yield
+    leaked = _envd_containers_and_volumes() - before
+    assert not leaked, f"the test suite leaked containers or volumes: {sorted(leaked)}"

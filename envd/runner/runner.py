@@ -101,7 +101,7 @@ class Proc:
         meta: dict[str, Any],
     ) -> None:
         self.id = pid_id
-        self.meta = meta  # opaque to the runner; returned by "list" 
+        self.meta = meta  # opaque to the runner; returned by "list"
         self.popen = popen
         self.pgid = popen.pid
         self.cmd = cmd
@@ -564,7 +564,8 @@ class Runner:
         """The path with every symlink resolved (missing tails kept), as the sandbox user sees
         it: writes go to a link's target instead of replacing the link with a file."""
         with self.as_user():
-            return {"path": os.path.realpath(str(h["path"]))}
+            # A few local syscalls, like every file op here.
+            return {"path": os.path.realpath(str(h["path"]))}  # noqa: ASYNC240
 
     # --- connections ---------------------------------------------------------------------
 

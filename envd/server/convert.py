@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 from engine import omni
 from engine.omni import OmniMessage
 from envd.commands import CommandFinished

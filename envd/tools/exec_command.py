@@ -11,7 +11,7 @@ import contextlib
 from typing import Any
 
 from envd.channel import ChannelClosed, RunnerCallError
-from envd.commands import exit_result, flush_pending, new_process_id, stream_until
+from envd.commands import detach, exit_result, new_process_id, stream_until
 from envd.tools.base import (
     DESCRIPTION_PROPERTY,
     Tool,
@@ -90,8 +90,7 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
             info = await stream_until(stream, ctx.emit, deadline)
             if info is None:
                 # Still running at the yield: it becomes a command session.
-                await channel.call("detach", id=process_id, orphan="keep")
-                info = await flush_pending(stream, ctx.emit)
+                info = await detach(channel, stream, ctx.emit, process_id, orphan="keep")
                 if info is None:
                     await ctx.commands.add(process_id, cmd, background=False)
             settled = True
