@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from engine import omni
+from engine.background import CommandCompletion
 from engine.client import EnvdClient, TlsOptions, message_from_wire
 from engine.interface import EnvironmentInterface, Permission, ToolExecutionRequest
 from engine.omni import OmniMessage, ToolDefinition
@@ -144,6 +145,24 @@ class RemoteEnvironment(EnvironmentInterface):
             aborted = failure == "abort" or (signal is not None and signal.is_set())
             for message in state.close(failure, aborted):
                 yield message
+
+    async def background_completions(self) -> AsyncIterator[CommandCompletion]:
+        """Completions of this session's background commands, as they happen, until the
+        session closes. Raises grpc.aio.AioRpcError when the daemon is unreachable."""
+        async for event in self.client.watch(self.session_id):
+            if event.HasField("command_finished"):
+                done = event.command_finished
+                yield CommandCompletion(
+                    process_id=done.process_id,
+                    command=done.command,
+                    status=done.status,
+                    exit_code=done.exit_code,
+                    detail=done.detail,
+                    output_tail=done.output_tail,
+                    tail_truncated=done.tail_truncated,
+                )
+            elif event.HasField("session_closed"):
+                return
 
     async def dispose(self) -> None:
         if self._disposed:

@@ -125,7 +125,7 @@ class CommandSessions:
                     command=entry.cmd,
                     status=result.stop_reason,
                     exit_code=int(info["code"]) if info.get("code") is not None else -1,
-                    detail=(result.note or "").strip("[]") if info.get("signal") else "",
+                    detail=(result.note or "").strip("[]").replace("exit code:", "exit code"),
                     output_tail=str(info.get("tail", "")),
                     tail_truncated=bool(info.get("tail_truncated")),
                 )

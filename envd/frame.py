@@ -17,6 +17,7 @@ from typing import Any
 
 from engine import omni
 from engine.omni import OmniMessage, StopReason
+from envd.masking import SecretMasker
 from envd.scratchpad import OutputArchive, Scratchpad
 from envd.tools.base import Tool, ToolContext, ToolError, ToolFailure, ToolResult
 
@@ -99,8 +100,12 @@ async def execute_call(
     make_context: MakeContext,
     scratchpad: Scratchpad | None,
     signal: asyncio.Event | None = None,
+    masker: SecretMasker | None = None,
 ) -> AsyncIterator[OmniMessage]:
+    """Run one call. ``masker`` hides secret values in everything the tool outputs (streamed
+    and archived alike)."""
     call_id = call.tool_call_id
+    mask = masker if masker else SecretMasker(())
 
     def delta(text: str, images: list[str] | None = None) -> OmniMessage:
         return omni.partial_tool_call_output(call_id, "delta", text, images=images)
@@ -143,7 +148,7 @@ async def execute_call(
             timeout = None if deadline is None else max(0.0, deadline - loop.time())
             done, _ = await asyncio.wait(waiters, timeout=timeout, return_when="FIRST_COMPLETED")
             if getter in done:
-                streamed = output.feed(getter.result())
+                streamed = output.feed(mask.feed(getter.result()))
                 getter = None
                 if streamed:
                     yield delta(streamed)
@@ -157,10 +162,10 @@ async def execute_call(
         getter = None
         if cause is not None:
             await _cancel(runner)
-        while not queue.empty():
-            streamed = output.feed(queue.get_nowait())
-            if streamed:
-                yield delta(streamed)
+        pending = [queue.get_nowait() for _ in range(queue.qsize())]
+        streamed = output.feed(mask.feed("".join(pending)) + mask.flush())
+        if streamed:
+            yield delta(streamed)
 
         result: ToolResult | None = None
         error: str | None = None
@@ -175,7 +180,7 @@ async def execute_call(
                 result = runner.result()
         if failure is not None:
             # The tool's own explanation is content, streamed like any other output.
-            streamed = output.feed(failure)
+            streamed = output.feed(mask.mask(failure))
             if streamed:
                 yield delta(streamed)
 

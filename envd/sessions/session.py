@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from envd.backends.base import SandboxHandle, SandboxSpec
 from envd.channel import RunnerChannel
 from envd.commands import CommandFinished, CommandSessions
 from envd.frame import BoundTool, execute_call
+from envd.masking import SecretMasker
 from envd.sessions.model import SessionOptions, SessionStateName
 from envd.tools import builtin_tools
 from envd.tools.base import ToolContext
@@ -76,11 +78,17 @@ class Session:
         self.tools = bind_tools(self.options)
         self.commands = CommandSessions(self.channel, self._finished)
         self._watchers: set[asyncio.Queue[SessionEvent]] = set()
+        self._backlog: deque[CommandFinished] = deque(maxlen=_WATCH_DEPTH)
 
     # --- tools -----------------------------------------------------------------------------
 
     def command_env(self) -> dict[str, str]:
         return {**self.options.env_defaults, **self.options.vault, **HARDENED_ENV}
+
+    def masker(self) -> SecretMasker | None:
+        if not self.options.mask_secrets or not self.options.vault:
+            return None
+        return SecretMasker(self.options.vault.values())
 
     def touch(self) -> None:
         self.last_used = time.monotonic()
@@ -116,7 +124,7 @@ class Session:
         self.touch()
         try:
             async for message in execute_call(call, self.tools, self._context,
-                                              self.handle.scratchpad, abort):
+                                              self.handle.scratchpad, abort, self.masker()):
                 yield message
         finally:
             if forward is not None:
@@ -135,18 +143,30 @@ class Session:
     # --- events ----------------------------------------------------------------------------
 
     def _finished(self, finished: CommandFinished) -> None:
+        masker = self.masker()
+        if masker is not None:
+            finished.output_tail = masker.mask(finished.output_tail)
+            finished.command = masker.mask(finished.command)
         self.publish(finished)
         if self.on_finished is not None:
             self.on_finished(self, finished)
 
     def publish(self, event: SessionEvent) -> None:
+        if not self._watchers:
+            # Nobody listens right now: keep completions for the next watcher.
+            if isinstance(event, CommandFinished):
+                self._backlog.append(event)
+            return
         for queue in list(self._watchers):
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(event)
 
     async def watch(self) -> AsyncIterator[SessionEvent]:
-        """Events from now on, until the session closes."""
+        """Completions nobody has seen yet, then events as they happen, until the session
+        closes."""
         queue: asyncio.Queue[SessionEvent] = asyncio.Queue(maxsize=_WATCH_DEPTH)
+        while self._backlog:
+            queue.put_nowait(self._backlog.popleft())
         self._watchers.add(queue)
         try:
             if self.state == "closed":
