@@ -38,6 +38,12 @@ def exit_result(info: dict[str, Any]) -> ToolResult:
             name = signal.Signals(int(sig)).name
         except ValueError:
             name = f"signal {sig}"
+        if info.get("oom"):
+            return ToolResult(
+                note=f"[terminated by signal {name}: out of memory, the sandbox's memory limit "
+                "was reached]",
+                stop_reason="failed",
+            )
         return ToolResult(note=f"[terminated by signal {name}]", stop_reason="failed")
     code = info.get("code")
     if code:
@@ -110,6 +116,10 @@ class CommandSessions:
         self.sessions.pop(victim.id, None)
         with contextlib.suppress(RunnerCallError, ChannelClosed):
             await self.channel.call("forget", id=victim.id)
+
+    def note_exit(self, info: dict[str, Any]) -> None:
+        """A command session exited (also: found exited after a daemon restart)."""
+        self._on_exit(info)
 
     def _on_exit(self, info: dict[str, Any]) -> None:
         entry = self.sessions.get(str(info.get("id")))

@@ -17,19 +17,41 @@ if [ ${#need_install[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_install[@]}" >/dev/null
 fi
 
-# gVisor as an extra runtime; ptrace works without KVM.
-if [ ! -f /etc/docker/daemon.json ] && command -v runsc >/dev/null 2>&1; then
-  mkdir -p /etc/docker
-  cat >/etc/docker/daemon.json <<JSON
-{
-  "runtimes": {
-    "runsc": {"path": "$(command -v runsc)", "runtimeArgs": ["--platform=ptrace"]}
-  }
-}
-JSON
-fi
+# Engine settings envd relies on, merged into daemon.json:
+# - live-restore: sandboxes (and so sessions) survive a dockerd restart;
+# - runsc as a runtime for isolation "gvisor": ptrace works without KVM, gVisor's own network
+#   stack is off (sandboxes have none), and host-backed unix sockets let the daemon reach the
+#   runner's socket through the bind mount.
+runsc_path=$(command -v runsc || true)
+mkdir -p /etc/docker
+changed=$(python3 - "$runsc_path" <<'PY'
+import json, os, sys
+path = "/etc/docker/daemon.json"
+try:
+    with open(path) as f:
+        config = json.load(f)
+except (FileNotFoundError, ValueError):
+    config = {}
+before = json.dumps(config, sort_keys=True)
+config["live-restore"] = True
+if sys.argv[1]:
+    config.setdefault("runtimes", {})["runsc"] = {
+        "path": sys.argv[1],
+        "runtimeArgs": ["--platform=ptrace", "--network=none", "--host-uds=create"],
+    }
+if json.dumps(config, sort_keys=True) != before:
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+    print("yes")
+PY
+)
 
 if docker info >/dev/null 2>&1; then
+  if [ -n "$changed" ]; then
+    # Both settings are reloadable: no restart, running sandboxes stay up.
+    pkill -HUP -x dockerd || true
+    sleep 1
+  fi
   exit 0
 fi
 

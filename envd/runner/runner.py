@@ -53,6 +53,20 @@ STDIN_WRITE_TIMEOUT = 10.0
 MAX_FILE_READ = 64 << 20
 
 
+def oom_kill_count() -> int | None:
+    """The sandbox cgroup's OOM-kill counter (cgroup v2 or v1), when the kernel exposes it."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def encode_frame(header: dict[str, Any], body: bytes = b"") -> list[bytes]:
     head = json.dumps(header, separators=(",", ":")).encode()
     return [FRAME_PREFIX.pack(len(head), len(body)), head, body]
@@ -126,12 +140,17 @@ class Proc:
         self.exit_sent = False
         self.started = time.time()
         self.last_used = time.monotonic()
+        self.oom_before = oom_kill_count()
+        self.oom = False
 
     def note_exit(self, returncode: int) -> None:
         if self.exit_time is not None:
             return
         if returncode < 0:
             self.exit_signal = -returncode
+            if self.exit_signal == signal.SIGKILL and self.oom_before is not None:
+                after = oom_kill_count()
+                self.oom = after is not None and after > self.oom_before
         else:
             self.exit_code = returncode
         self.exit_time = time.monotonic()
@@ -169,6 +188,24 @@ class Proc:
             self.tail_truncated = True
         self.tail = tail
 
+    def exit_info(self) -> dict[str, Any]:
+        return {
+            "code": self.exit_code,
+            "signal": self.exit_signal,
+            "oom": self.oom,
+            "tail": self.tail,
+            "tail_truncated": self.tail_truncated,
+        }
+
+    async def kill_group(self) -> None:
+        """SIGKILL the whole group until nothing is left (a fork bomb keeps forking)."""
+        for _ in range(200):
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                return
+            await asyncio.sleep(0.005)
+
     def signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, sig)
@@ -179,13 +216,12 @@ class Proc:
             "pid": self.popen.pid,
             "cmd": self.cmd,
             "running": self.exit_time is None,
-            "code": self.exit_code,
-            "signal": self.exit_signal,
             "unread_chars": self.unread_chars,
             "attached": self.attached is not None,
             "orphan": self.orphan,
             "started": self.started,
             "meta": self.meta,
+            **self.exit_info(),
         }
 
 
@@ -237,7 +273,7 @@ class Runner:
             await proc.exited  # EOF can come before the leader exits
         finally:
             # Whatever the leader left behind in its group goes with it.
-            proc.signal_group(signal.SIGKILL)
+            await proc.kill_group()
             for stream in (proc.popen.stdout, proc.popen.stdin):
                 with contextlib.suppress(OSError):
                     if stream is not None:
@@ -277,15 +313,7 @@ class Runner:
 
     async def finish(self, proc: Proc) -> None:
         delivered = proc.attached is not None and not proc.attached.closed
-        event = {
-            "ev": "exit",
-            "id": proc.id,
-            "code": proc.exit_code,
-            "signal": proc.exit_signal,
-            "tail": proc.tail,
-            "tail_truncated": proc.tail_truncated,
-            "delivered": delivered,
-        }
+        event = {"ev": "exit", "id": proc.id, **proc.exit_info(), "delivered": delivered}
         if self.procs.get(proc.id) is not proc:
             return  # forgotten while it ran
         if delivered:
@@ -373,17 +401,7 @@ class Runner:
         if proc.drained and not proc.exit_sent:
             proc.exit_sent = True
             self.procs.pop(proc.id, None)
-            await conn.send(
-                {
-                    "ev": "exit",
-                    "id": proc.id,
-                    "code": proc.exit_code,
-                    "signal": proc.exit_signal,
-                    "tail": proc.tail,
-                    "tail_truncated": proc.tail_truncated,
-                    "delivered": True,
-                }
-            )
+            await conn.send({"ev": "exit", "id": proc.id, **proc.exit_info(), "delivered": True})
         return {"running": proc.exit_time is None}
 
     async def op_detach(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
@@ -624,7 +642,9 @@ async def amain(args: argparse.Namespace) -> None:
     old_umask = os.umask(0o077)
     server = await asyncio.start_unix_server(runner.serve_connection, path=args.socket)
     os.umask(old_umask)
-    os.chmod(args.socket, 0o600)
+    # The directory is root-only anyway; gVisor's host-backed sockets refuse chmod.
+    with contextlib.suppress(OSError):
+        os.chmod(args.socket, 0o600)
     try:
         await stop
     finally:

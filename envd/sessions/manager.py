@@ -32,7 +32,7 @@ from envd.sessions.store import SessionStore
 from envd.tools import builtin_tools
 
 log = logging.getLogger("envd.sessions")
-_REAP_INTERVAL_S = 5.0
+_REAP_INTERVAL_S = 1.0
 
 
 class SessionManager:
@@ -86,6 +86,9 @@ class SessionManager:
                 meta = proc.get("meta") or {}
                 session.commands.adopt(str(proc["id"]), str(proc.get("cmd", "")),
                                        bool(meta.get("background")))
+                if not proc.get("running"):
+                    # It finished while the daemon was away: report it now.
+                    session.commands.note_exit(proc)
             else:
                 with contextlib.suppress(ChannelClosed, RunnerCallError):
                     await session.channel.call("forget", id=proc["id"])

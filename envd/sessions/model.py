@@ -73,5 +73,8 @@ class SessionOptions(BaseModel):
             raise InvalidArgument("resource limits cannot be negative")
         if self.memory_bytes and self.memory_bytes < 16 * 1024 * 1024:
             raise InvalidArgument("memory_bytes must be at least 16 MiB")
+        if self.isolation == "gvisor" and self.network != "none":
+            raise InvalidArgument("isolation \"gvisor\" runs without a network here; "
+                                  "use network \"none\"")
         if self.image and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:@]{0,254}$", self.image):
             raise InvalidArgument(f"invalid image reference {self.image[:80]!r}")
