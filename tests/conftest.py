@@ -63,6 +63,7 @@ def make_backend(kind: str, data_dir: Path):  # type: ignore[no-untyped-def]
         return LocalBackend(data_dir)
     from envd.backends.docker import DockerBackend
 
+    OWNERS.add(f"test-{data_dir.name}")
     return DockerBackend(data_dir, owner=f"test-{data_dir.name}")
 
 
@@ -138,24 +139,32 @@ async def remote_env(envd_daemon):  # type: ignore[no-untyped-def]
     await env.dispose()
 
 
-def _envd_containers_and_volumes() -> set[str]:
-    if shutil.which("docker") is None:
-        return set()
+# Owners (docker label envd.owner) of every sandbox this test run may create.
+OWNERS: set[str] = set()
+
+
+def daemon_owner(data_dir: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
+
+
+def _leftovers() -> set[str]:
     found: set[str] = set()
-    for command in (["docker", "ps", "-aq", "--filter", "label=envd.managed"],
-                    ["docker", "volume", "ls", "-q", "--filter", "name=envd-ws-"]):
-        try:
+    for owner in OWNERS:
+        label = f"label=envd.owner={owner}"
+        for command in (["docker", "ps", "-aq", "--filter", label],
+                        ["docker", "volume", "ls", "-q", "--filter", label]):
             out = subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            return set()
-        found.update(out.split())
+            found.update(out.split())
     return found
 
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leaked_sandboxes() -> Iterator[None]:
     """Fail the run when the suite leaves an envd container or workspace volume behind."""
-    before = _envd_containers_and_volumes()
     yield
-    leaked = _envd_containers_and_volumes() - before
+    if shutil.which("docker") is None or not OWNERS:
+        return
+    leaked = _leftovers()
     assert not leaked, f"the test suite leaked containers or volumes: {sorted(leaked)}"

@@ -163,9 +163,10 @@ async def test_cat_echoes_input_and_ctrl_c_interrupts(sandbox_env: SandboxEnviro
     seen = await read_until(sandbox_env, pid, "hello\n", chars="hello\n")
     assert seen == "hello\n"
     # Verbatim: no newline added, the text arrives as written.
-    seen = await read_until(sandbox_env, pid, "a\tb\n", chars="a\tb")
-    seen += await read_until(sandbox_env, pid, "a\tb\n", chars="\n")
-    assert seen == "a\tb\n"
+    seen = await read_until(sandbox_env, pid, "a\tb", chars="a\tb")
+    assert seen == "a\tb"
+    seen = await read_until(sandbox_env, pid, "\n", chars="\n")
+    assert seen == "\n"
 
     result = await poll(sandbox_env, pid, "\u0003", yield_ms=10_000)
     assert result.output == "[terminated by signal SIGINT]"
@@ -335,3 +336,19 @@ async def test_65th_session_evicts_exited_first_then_least_recently_used(
         result = await poll(sandbox_env, pid)
         assert result.output == still_running(pid)
     await wait_for(lambda: _count_is(sandbox_env, pattern, 64), "64 sleepers")
+
+
+async def test_a_flood_of_output_does_not_hold_up_the_yield(
+    sandbox_env: SandboxEnvironment,
+) -> None:
+    # Output faster than it is read fills the channel's queue for the process; the detach at
+    # the yield (and the attach and kill after it) must still get their replies.
+    started = time.monotonic()
+    pid = await start(sandbox_env, "yes")
+    result = await poll(sandbox_env, pid)
+    assert result.output.endswith("\n" + still_running(pid))
+    result = await call_tool(sandbox_env, "kill_command", {"process_id": pid})
+    assert result.output.startswith("y\ny\n")
+    assert result.output.endswith("\n" + killed(pid))
+    assert result.stop_reason == "completed"
+    assert time.monotonic() - started < 30
