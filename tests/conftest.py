@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 IMAGE = os.environ.get("ENVD_TEST_IMAGE", "envd-sandbox:latest")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that disturb the whole machine (restarting dockerd) run last."""
+    items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from envd.channel import RunnerCallError
 from envd.tools._files import (
+    DIFF_CONTEXT,
     MIB,
     Opcode,
     decode_exact,
@@ -70,10 +72,9 @@ def _line_end(text: str, pos: int) -> int:
 
 
 def replacement_sites(text: str, new_text: str, positions: list[int], old_len: int,
-                      new_len: int) -> list[Site]:
+                      new_len: int) -> Iterator[Site]:
     """Whole-line spans around each replacement, in both texts. A span ends where both texts
     are at a line start again; outside the spans both texts are the same lines."""
-    sites: list[Site] = []
     shift = new_len - old_len
     i = 0
     while i < len(positions):
@@ -92,8 +93,7 @@ def replacement_sites(text: str, new_text: str, positions: list[int], old_len: i
             if i < len(positions) and positions[i] < end:
                 continue  # the next replacement shares a line with this one
             break
-        sites.append(Site(start, end, new_start, new_end + end - old_end, count))
-    return sites
+        yield Site(start, end, new_start, new_end + end - old_end, count)
 
 
 @dataclass(frozen=True)
@@ -110,9 +110,14 @@ def edit_diff(text: str, new_text: str, positions: list[int], old_len: int, new_
     firsts: list[tuple[tuple[int, int], int]] = []  # each site's first change, and its count
     a_line = b_line = 0  # line numbers of the previous site's end
     a_pos = b_pos = 0
+    clusters = done = 0
     for site in replacement_sites(text, new_text, positions, old_len, new_len):
         a_next = a_line + text.count("\n", a_pos, site.old_start)
         b_next = b_line + new_text.count("\n", b_pos, site.new_start)
+        if not codes or a_next - a_line > 2 * DIFF_CONTEXT:
+            clusters += 1  # sites this far apart never share a hunk
+            if clusters > max_hunks + 1:
+                break  # past what is shown: the rest only counts as hidden
         codes.append(("equal", a_line, a_next, b_line, b_next))
         old_lines = split_lines(text[site.old_start : site.old_end])
         new_lines = split_lines(new_text[site.new_start : site.new_end])
@@ -122,16 +127,19 @@ def edit_diff(text: str, new_text: str, positions: list[int], old_len: int, new_
         first = next(c for c in site_codes if c[0] != "equal")
         firsts.append(((first[1], first[3]), site.replacements))
         codes.extend(site_codes)
+        done += site.replacements
         a_line, b_line = a_next + len(old_lines), b_next + len(new_lines)
         a_pos, b_pos = site.old_end, site.new_end
-    codes.append(("equal", a_line, len(a), b_line, len(b)))
+    else:
+        a_next, b_next = len(a), len(b)
+    codes.append(("equal", a_line, a_next, b_line, b_next))
     groups = group_opcodes(merge_opcodes(codes))
     shown = groups[:max_hunks]
-    hidden = 0
+    hidden = len(positions) - done
     if len(groups) > len(shown):
         # Where the shown changes end (adjacent sites may share one merged opcode).
         end = max((c[2], c[4]) for c in shown[-1] if c[0] != "equal")
-        hidden = sum(count for first_change, count in firsts if first_change >= end)
+        hidden += sum(count for first_change, count in firsts if first_change >= end)
     return EditDiff([format_hunk(a, b, group) for group in shown], hidden)
 
 

@@ -15,21 +15,33 @@ from envd.sessions.model import SessionOptions, ToolOverride
 MakeEnv = Callable[..., Awaitable[EnvironmentInterface]]
 
 
-@pytest.fixture(params=["local", "docker", "remote"])
+def gvisor_available() -> bool:
+    import subprocess
+
+    out = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"],
+                         capture_output=True, text=True).stdout
+    return "runsc" in out
+
+
+@pytest.fixture(params=["local", "docker", "gvisor", "remote"])
 async def make_env(request: pytest.FixtureRequest, manager_factory: Any) -> AsyncIterator[MakeEnv]:
     """``await make_env(tools={"exec_command": {"timeout_ms": 1000}})`` -> an Environment."""
     kind = request.param
     made: list[EnvironmentInterface] = []
     if kind != "local":
         request.getfixturevalue("docker_ready")
-    manager = await manager_factory(kind) if kind != "remote" else None
+    if kind == "gvisor" and not gvisor_available():
+        pytest.fail("the runsc runtime is not configured (scripts/ensure-docker.sh does it)")
+    backend = {"gvisor": "docker"}.get(kind, kind)
+    manager = await manager_factory(backend) if kind != "remote" else None
     daemon = request.getfixturevalue("envd_daemon") if kind == "remote" else None
 
     async def make(tools: dict[str, dict[str, Any]] | None = None) -> EnvironmentInterface:
         env: EnvironmentInterface
         if manager is not None:
             options = SessionOptions(
-                tools={k: ToolOverride(**v) for k, v in (tools or {}).items()}
+                tools={k: ToolOverride(**v) for k, v in (tools or {}).items()},
+                isolation="gvisor" if kind == "gvisor" else "runc",
             )
             env = SandboxEnvironment(await manager.create(options, tenant=""), manager)
         else:

@@ -180,3 +180,12 @@ async def test_calls_run_concurrently(env: EnvironmentInterface) -> None:
     )
     assert [r.output for r in results] == [f"{i}\n" for i in range(4)]
     assert time.monotonic() - started < 3.5
+
+
+async def test_isolation_kind(make_env) -> None:  # type: ignore[no-untyped-def]
+    env = await make_env()
+    result = await call_tool(env, "exec_command", {"cmd": "dmesg 2>&1 | head -1"})
+    if make_env.kind == "gvisor":
+        assert "Starting gVisor" in result.output
+    elif make_env.kind in ("docker", "remote"):
+        assert "gVisor" not in result.output

@@ -202,12 +202,12 @@ def test_edit_diff_reproduces_the_new_text(text, old, new):
 def test_replacement_sites_merge_replacements_sharing_a_line():
     text = "a a\nb\na\n"
     new_text = text.replace("a", "xy")
-    sites = replacement_sites(text, new_text, find_all(text, "a"), 1, 2)
+    sites = list(replacement_sites(text, new_text, find_all(text, "a"), 1, 2))
     assert [(s.old_start, s.old_end, s.new_start, s.new_end, s.replacements) for s in sites] == [
         (0, 4, 0, 6, 2), (6, 8, 8, 11, 1)]
     # An old_string ending in a newline ends its site there, unless the new text does not.
     text = "a\nb\nc\n"
-    sites = replacement_sites(text, "a\nxc\n", [2], 2, 1)
+    sites = list(replacement_sites(text, "a\nxc\n", [2], 2, 1))
     assert [(s.old_start, s.old_end, s.new_start, s.new_end) for s in sites] == [(2, 6, 2, 5)]
 
 
