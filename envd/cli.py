@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", str(defaults.max_sessions)) or 0))
     add("--idle-ttl-seconds", type=int,
         default=int(_env("IDLE_TTL_SECONDS", str(defaults.idle_ttl_seconds)) or 0))
+    add("--warm-pool", dest="warm_pool_size", type=int,
+        default=int(_env("WARM_POOL", str(defaults.warm_pool_size)) or 0),
+        help="sandboxes of the default shape kept ready (ENVD_WARM_POOL)")
+    add("--metrics-listen", default=_env("METRICS_LISTEN", defaults.metrics_listen),
+        help="HOST:PORT for Prometheus /metrics; empty disables (ENVD_METRICS_LISTEN)")
     add("--allow-local-vault", action="store_true",
         default=_env("ALLOW_LOCAL_VAULT", "") == "1")
     add("--insecure", action="store_true", default=_env("INSECURE", "") == "1",

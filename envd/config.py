@@ -29,6 +29,12 @@ class DaemonConfig(BaseModel):
     idle_ttl_seconds: int = Field(
         default=0, description="Default idle TTL of a session in seconds; 0 keeps sessions."
     )
+    warm_pool_size: int = Field(
+        default=0, description="Sandboxes of the default shape kept started ahead of time."
+    )
+    metrics_listen: str = Field(
+        default="", description="HOST:PORT for Prometheus /metrics; empty: no metrics server."
+    )
     allow_local_vault: bool = Field(
         default=False, description="Let the unisolated local backend receive vault secrets."
     )

@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import grpc
+import prometheus_client
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from envd.backends.base import Backend
 from envd.config import DaemonConfig
+from envd.metrics import Metrics
 from envd.server.auth import TokenAuth
 from envd.server.servicer import EnvironmentServicer
 from envd.sessions.manager import SessionManager
@@ -86,8 +88,10 @@ async def start_daemon(config: DaemonConfig, env: Mapping[str, str] | None = Non
     config.data_dir.chmod(0o711)
     auth = TokenAuth.load(config.tokens_file, env, config.data_dir, config.insecure)
     backend = make_backend(config)
-    manager = SessionManager(config, backend, SessionStore(config.data_dir / "state.db"))
+    metrics = Metrics()
+    manager = SessionManager(config, backend, SessionStore(config.data_dir / "state.db"), metrics)
     await manager.start()
+    metrics_port = start_metrics_server(config.metrics_listen, metrics)
 
     server = grpc.aio.server(
         options=[
@@ -120,7 +124,20 @@ async def start_daemon(config: DaemonConfig, env: Mapping[str, str] | None = Non
     log.info("envd listening on %s:%d (backend %s, %s, %s)", host, port, config.backend,
              "TLS" if credentials else "plaintext",
              "no authentication" if config.insecure else "bearer tokens")
+    if metrics_port:
+        log.info("metrics on http://%s:%d/metrics", config.metrics_listen.rsplit(":", 1)[0],
+                 metrics_port)
     return Daemon(config, server, manager, health_servicer, port)
+
+
+def start_metrics_server(listen: str, metrics: Metrics) -> int:
+    """Serve /metrics from a thread; returns the bound port (0: not serving)."""
+    if not listen:
+        return 0
+    host, _, port = listen.rpartition(":")
+    server, _thread = prometheus_client.start_http_server(
+        int(port), addr=host.strip("[]") or "127.0.0.1", registry=metrics.registry)
+    return int(server.server_port)
 
 
 async def serve(config: DaemonConfig) -> None:

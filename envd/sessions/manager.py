@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 
 from engine import omni
-from envd.backends.base import Backend, BackendError, SandboxSpec
+from envd.backends.base import Backend, BackendError, SandboxHandle, SandboxSpec
 from envd.channel import ChannelClosed, RunnerCallError, RunnerChannel
 from envd.commands import CommandFinished
 from envd.config import DaemonConfig
@@ -26,7 +26,9 @@ from envd.errors import (
     SessionNotFound,
     ShuttingDown,
 )
+from envd.metrics import Metrics
 from envd.sessions.model import SessionOptions, check_session_id, new_session_id
+from envd.sessions.pool import WarmPool
 from envd.sessions.session import Session, SessionClosed
 from envd.sessions.store import SessionStore
 from envd.tools import builtin_tools
@@ -36,10 +38,14 @@ _REAP_INTERVAL_S = 1.0
 
 
 class SessionManager:
-    def __init__(self, config: DaemonConfig, backend: Backend, store: SessionStore) -> None:
+    def __init__(self, config: DaemonConfig, backend: Backend, store: SessionStore,
+                 metrics: Metrics | None = None) -> None:
         self.config = config
         self.backend = backend
         self.store = store
+        self.metrics = metrics
+        self.pool = WarmPool(backend, self._spec(SessionOptions(), "warm"),
+                             config.warm_pool_size, metrics)
         self.sessions: dict[str, Session] = {}
         self._starting = 0
         self._closing = False
@@ -75,6 +81,16 @@ class SessionManager:
                 log.info("removing orphaned sandbox of session %s", session_id)
                 await self.backend.destroy(session_id)
         self._spawn(self._reap_idle())
+        self.pool.start()
+        if self.metrics is not None:
+            self.metrics.watch_sessions(self._count_states)
+            self.metrics.sandboxes.set_function(lambda: len(self.sessions) + len(self.pool.ready))
+
+    def _count_states(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for session in self.sessions.values():
+            counts[session.state] = counts.get(session.state, 0) + 1
+        return counts
 
     async def _adopt_commands(self, session: Session) -> None:
         try:
@@ -107,6 +123,7 @@ class SessionManager:
             await asyncio.sleep(0.02)
         for session in self.sessions.values():
             await session.channel.close()
+        await self.pool.close()
         await self.backend.close()
         self.store.close()
 
@@ -131,8 +148,30 @@ class SessionManager:
                 f"the daemon is at its limit of {self.config.max_sessions} sessions; "
                 "close one or try again later"
             )
-        session_id = new_session_id()
-        spec = SandboxSpec(
+        spec = self._spec(options, new_session_id())
+        if not options.idle_ttl_seconds:
+            options = options.model_copy(update={"idle_ttl_seconds": self.config.idle_ttl_seconds})
+        created_at = omni.now()
+        started = time.monotonic()
+        warm = self.pool.claim(spec)
+        if warm is not None:
+            handle, channel = warm.handle, warm.channel
+            handle.scratchpad.quota_bytes = spec.scratchpad_bytes
+            spec = spec.model_copy(update={"session_id": warm.spec.session_id})
+            self.store.put(spec.session_id, tenant, options, spec.model_dump_json(), created_at)
+        else:
+            handle, channel = await self._start_cold(spec, tenant, options, created_at)
+        session_id = spec.session_id
+        if self.metrics is not None:
+            start = "warm" if warm is not None else "cold"
+            self.metrics.sessions_created.labels(start).inc()
+            self.metrics.session_create_duration.labels(start).observe(time.monotonic() - started)
+        session = self._register(session_id, tenant, options, spec, handle, channel, created_at)
+        log.info("created session %s", session_id, extra={"session_id": session_id})
+        return session
+
+    def _spec(self, options: SessionOptions, session_id: str) -> SandboxSpec:
+        return SandboxSpec(
             session_id=session_id,
             image=options.image or self.config.default_image,
             memory_bytes=options.memory_bytes or self.config.memory_bytes,
@@ -143,38 +182,37 @@ class SessionManager:
             labels=options.labels,
             scratchpad_bytes=options.scratchpad_bytes or self.config.scratchpad_bytes,
         )
-        if not options.idle_ttl_seconds:
-            options = options.model_copy(update={"idle_ttl_seconds": self.config.idle_ttl_seconds})
-        created_at = omni.now()
+
+    async def _start_cold(self, spec: SandboxSpec, tenant: str, options: SessionOptions,
+                          created_at: str) -> tuple[SandboxHandle, RunnerChannel]:
+        # Recorded before the sandbox starts: a crash in between leaves a record to recover
+        # or an orphan to reap, never an invisible container.
         self._starting += 1
         try:
-            self.store.put(session_id, tenant, options, spec.model_dump_json(), created_at)
+            self.store.put(spec.session_id, tenant, options, spec.model_dump_json(), created_at)
             try:
                 handle = await self.backend.create(spec)
                 channel = await RunnerChannel.connect(handle.socket_path)
             except (BackendError, ChannelClosed, RunnerCallError) as exc:
-                self.store.delete(session_id)
+                self.store.delete(spec.session_id)
                 with contextlib.suppress(BackendError):
-                    await self.backend.destroy(session_id)
+                    await self.backend.destroy(spec.session_id)
                 raise SandboxUnavailable(f"cannot start the sandbox: {exc}") from exc
             except BaseException:
-                self.store.delete(session_id)
+                self.store.delete(spec.session_id)
                 with contextlib.suppress(BaseException):
-                    await asyncio.shield(self.backend.destroy(session_id))
+                    await asyncio.shield(self.backend.destroy(spec.session_id))
                 raise
         finally:
             self._starting -= 1
-        session = self._register(session_id, tenant, options, spec, handle, channel, created_at)
-        log.info("created session %s", session_id, extra={"session_id": session_id})
-        return session
+        return handle, channel
 
     def _register(self, session_id: str, tenant: str, options: SessionOptions,
-                  spec: SandboxSpec, handle: object, channel: RunnerChannel,
+                  spec: SandboxSpec, handle: SandboxHandle, channel: RunnerChannel,
                   created_at: str) -> Session:
         session = Session(
             session_id=session_id, tenant=tenant, options=options, spec=spec,
-            handle=handle,  # type: ignore[arg-type]
-            channel=channel, created_at=created_at,
+            handle=handle, channel=channel, created_at=created_at, metrics=self.metrics,
         )
         session.on_finished = self._on_finished
         self.sessions[session_id] = session

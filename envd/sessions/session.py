@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -17,6 +18,7 @@ from envd.channel import RunnerChannel
 from envd.commands import CommandFinished, CommandSessions
 from envd.frame import BoundTool, execute_call
 from envd.masking import SecretMasker
+from envd.metrics import Metrics
 from envd.sessions.model import SessionOptions, SessionStateName
 from envd.tools import builtin_tools
 from envd.tools.base import ToolContext
@@ -31,6 +33,7 @@ HARDENED_ENV = {
     "GIT_PAGER": "cat",
 }
 _WATCH_DEPTH = 256
+log = logging.getLogger("envd.calls")
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Session:
     last_used_at: str = field(default_factory=omni.now)
     running: dict[str, asyncio.Event] = field(default_factory=dict)
     on_finished: Callable[[Session, CommandFinished], None] | None = None
+    metrics: Metrics | None = None
 
     def __post_init__(self) -> None:
         self.tools = bind_tools(self.options)
@@ -122,9 +126,18 @@ class Session:
         if signal is not None:
             forward = asyncio.create_task(_forward(signal, abort))
         self.touch()
+        started = time.monotonic()
+        archived_before = self.handle.scratchpad.used_bytes
+        outcome = "disconnected"  # unless the call reaches its complete output
+        streamed = 0
         try:
             async for message in execute_call(call, self.tools, self._context,
                                               self.handle.scratchpad, abort, self.masker()):
+                payload = message.payload
+                if isinstance(payload, omni.PartialToolCallOutputPayload):
+                    streamed += len(payload.output)
+                elif isinstance(payload, omni.ToolCallOutputPayload):
+                    outcome = payload.stop_reason or "completed"
                 yield message
         finally:
             if forward is not None:
@@ -132,6 +145,21 @@ class Session:
             if self.running.get(call_id) is abort:
                 del self.running[call_id]
             self.touch()
+            self._record(call, outcome, time.monotonic() - started, streamed,
+                         self.handle.scratchpad.used_bytes - archived_before)
+
+    def _record(self, call: omni.ToolCallPayload, outcome: str, seconds: float, streamed: int,
+                archived: int) -> None:
+        tool = call.name if call.name in self.tools else "unknown"
+        log.info("tool call %s %s", tool, outcome, extra={
+            "session_id": self.session_id, "tool_call_id": call.tool_call_id, "tool": tool,
+            "outcome": outcome, "duration_ms": round(seconds * 1000, 1)})
+        if self.metrics is not None:
+            self.metrics.tool_calls.labels(tool, outcome).inc()
+            self.metrics.tool_duration.labels(tool).observe(seconds)
+            self.metrics.streamed_chars.inc(streamed)
+            if archived > 0:
+                self.metrics.archived_bytes.inc(archived)
 
     def cancel(self, tool_call_id: str) -> bool:
         abort = self.running.get(tool_call_id)

@@ -63,7 +63,9 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await _poll(entry, chars, yield_ms, ctx)
 
 
-async def _poll(entry: CommandSession, chars: str, yield_ms: int, ctx: ToolContext) -> ToolResult:
+async def _poll(
+    entry: CommandSession, chars: str, yield_ms: int | None, ctx: ToolContext
+) -> ToolResult:
     process_id = entry.id
     channel = ctx.channel
     loop = asyncio.get_running_loop()
@@ -82,7 +84,8 @@ async def _poll(entry: CommandSession, chars: str, yield_ms: int, ctx: ToolConte
             raise ToolFailure(
                 f"[input_command error: could not write to process_id {process_id}: {exc}]"
             ) from None
-    deadline = loop.time() + yield_ms / 1000
+    # No window (a timeout too short for one): the call's own timeout ends the poll.
+    deadline = None if yield_ms is None else loop.time() + yield_ms / 1000
 
     async with channel.subscribe(process_id) as stream:
         settled = False

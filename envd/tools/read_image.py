@@ -102,7 +102,9 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if scheme and scheme.group(1).lower() in ("http", "https"):
         label, name = source, urllib.parse.urlsplit(source).path
         data = await _fetch(source, ctx)
-    elif scheme and "/" in source[len(scheme.group(0)):][:2]:
+    elif scheme and (
+        source[len(scheme.group(0)):].startswith("//") or scheme.group(1).lower() == "data"
+    ):
         raise ToolFailure(
             f'Cannot read "{source}": unsupported URL scheme "{scheme.group(1)}". '
             "Pass a local path or an http(s) URL."

@@ -11,7 +11,9 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from envd.commands import CommandFinished
 from envd.environment import SandboxEnvironment
+from envd.sessions.session import Session
 from tests.helpers import CallResult, call_tool
 
 pytestmark = pytest.mark.anyio
@@ -353,3 +355,42 @@ async def test_a_flood_of_output_does_not_hold_up_the_yield(
     assert result.output.endswith("\n" + killed(pid))
     assert result.stop_reason == "completed"
     assert time.monotonic() - started < 30
+
+
+async def test_background_command_polled_after_its_exit_is_reported_once(
+    sandbox_env: SandboxEnvironment,
+) -> None:
+    session = sandbox_env.session
+    reports: list[CommandFinished] = []
+    chained = session.on_finished
+
+    def record(s: Session, finished: CommandFinished) -> None:
+        reports.append(finished)
+        if chained is not None:
+            chained(s, finished)
+
+    session.on_finished = record
+    result = await call_tool(sandbox_env, "exec_command",
+                             {"cmd": "sleep 0.3; echo hi; exit 4", "run_in_background": True})
+    match = PROCESS_ID.search(result.output)
+    assert match
+    pid = match.group(1)
+    await wait_for(lambda: len(reports) == 1, "the completion report")
+    assert (reports[0].process_id, reports[0].exit_code, reports[0].output_tail) == (pid, 4, "hi\n")
+
+    # The poll gets the output and the exit once more; the completion is not reported again.
+    result = await poll(sandbox_env, pid)
+    assert (result.output, result.stop_reason) == ("hi\n\n[exit code: 4]", "failed")
+    assert len(reports) == 1
+
+
+async def test_input_to_an_exited_process_is_reported_not_lost(
+    sandbox_env: SandboxEnvironment,
+) -> None:
+    pid = await start(sandbox_env, "sleep 0.5; echo x")
+    entry = sandbox_env.session.commands.sessions[pid]
+    await wait_for(lambda: entry.exit_info is not None, "the exit")
+    result = await poll(sandbox_env, pid, "too late\n")
+    assert result.output == "x\n\n[input not delivered: the process's stdin is closed]"
+    assert result.stop_reason == "completed"
+    assert pid not in sandbox_env.session.commands.sessions

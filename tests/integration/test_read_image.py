@@ -7,7 +7,8 @@ import http.server
 import struct
 import threading
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -64,8 +65,9 @@ def assert_image(result: CallResult, mime: str, data: bytes) -> None:
                 if isinstance(m.payload, omni.PartialToolCallOutputPayload) and m.payload.images]
     assert len(carrying) == 1
     assert carrying[0] is result.messages[-3]
-    assert carrying[0].payload.output == ""  # type: ignore[union-attr]
-    assert carrying[0].payload.images == [url]  # type: ignore[union-attr]
+    payload = carrying[0].payload
+    assert isinstance(payload, omni.PartialToolCallOutputPayload)
+    assert (payload.event_type, payload.output, payload.images) == ("delta", "", [url])
 
 
 def workspace(env: SandboxEnvironment) -> str:
@@ -181,8 +183,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(params=["local", "docker"])
-async def net_env(request: pytest.FixtureRequest,
-                  manager_factory) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
+async def net_env(
+    request: pytest.FixtureRequest, manager_factory: Any
+) -> AsyncIterator[SandboxEnvironment]:
     if request.param == "docker":
         request.getfixturevalue("docker_ready")
     manager = await manager_factory(request.param)
@@ -193,7 +196,7 @@ async def net_env(request: pytest.FixtureRequest,
 
 
 @pytest.fixture
-def web_server() -> Iterator[object]:
+def web_server() -> Iterator[Callable[[str], str]]:
     """``start(host)`` -> base URL of a small HTTP server on that host address."""
     servers: list[http.server.ThreadingHTTPServer] = []
 
@@ -226,8 +229,9 @@ async def host_address(env: SandboxEnvironment) -> str:
     return result.output.strip()
 
 
-async def test_url_is_fetched_inside_the_sandbox(net_env: SandboxEnvironment,
-                                                 web_server) -> None:  # type: ignore[no-untyped-def]
+async def test_url_is_fetched_inside_the_sandbox(
+    net_env: SandboxEnvironment, web_server: Callable[[str], str]
+) -> None:
     base = web_server(await host_address(net_env))
     assert_image(await read_image(net_env, f"{base}/pic"), "image/png", PNG)
 
