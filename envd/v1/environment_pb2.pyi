@@ -353,3 +353,39 @@ class SessionClosed(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     reason: str
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class UploadFilesRequest(_message.Message):
+    __slots__ = ("session_id", "destination", "data")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    destination: str
+    data: bytes
+    def __init__(self, session_id: _Optional[str] = ..., destination: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class UploadFilesResponse(_message.Message):
+    __slots__ = ("destination", "entries", "bytes")
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    destination: str
+    entries: int
+    bytes: int
+    def __init__(self, destination: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class DownloadFilesRequest(_message.Message):
+    __slots__ = ("session_id", "path")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    path: str
+    def __init__(self, session_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class DownloadFilesChunk(_message.Message):
+    __slots__ = ("data", "size_hint")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_HINT_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    size_hint: int
+    def __init__(self, data: _Optional[bytes] = ..., size_hint: _Optional[int] = ...) -> None: ...

@@ -79,6 +79,16 @@ class EnvironmentStub:
                 request_serializer=envd_dot_v1_dot_environment__pb2.WatchSessionRequest.SerializeToString,
                 response_deserializer=envd_dot_v1_dot_environment__pb2.SessionEvent.FromString,
                 _registered_method=True)
+        self.UploadFiles = channel.stream_unary(
+                '/envd.v1.Environment/UploadFiles',
+                request_serializer=envd_dot_v1_dot_environment__pb2.UploadFilesRequest.SerializeToString,
+                response_deserializer=envd_dot_v1_dot_environment__pb2.UploadFilesResponse.FromString,
+                _registered_method=True)
+        self.DownloadFiles = channel.unary_stream(
+                '/envd.v1.Environment/DownloadFiles',
+                request_serializer=envd_dot_v1_dot_environment__pb2.DownloadFilesRequest.SerializeToString,
+                response_deserializer=envd_dot_v1_dot_environment__pb2.DownloadFilesChunk.FromString,
+                _registered_method=True)
 
 
 class EnvironmentServicer:
@@ -145,6 +155,22 @@ class EnvironmentServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadFiles(self, request_iterator, context):
+        """Unpack a tar stream into a directory of the sandbox (by default the workspace). All or
+        nothing: an archive with an unsafe entry (absolute, "..", device, FIFO, hard link leaving
+        the archive) is refused with INVALID_ARGUMENT and leaves the destination unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadFiles(self, request, context):
+        """A tar stream of one file or directory of the sandbox, rooted at its base name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EnvironmentServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -192,6 +218,16 @@ def add_EnvironmentServicer_to_server(servicer, server):
                     servicer.WatchSession,
                     request_deserializer=envd_dot_v1_dot_environment__pb2.WatchSessionRequest.FromString,
                     response_serializer=envd_dot_v1_dot_environment__pb2.SessionEvent.SerializeToString,
+            ),
+            'UploadFiles': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadFiles,
+                    request_deserializer=envd_dot_v1_dot_environment__pb2.UploadFilesRequest.FromString,
+                    response_serializer=envd_dot_v1_dot_environment__pb2.UploadFilesResponse.SerializeToString,
+            ),
+            'DownloadFiles': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadFiles,
+                    request_deserializer=envd_dot_v1_dot_environment__pb2.DownloadFilesRequest.FromString,
+                    response_serializer=envd_dot_v1_dot_environment__pb2.DownloadFilesChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -437,6 +473,60 @@ class Environment:
             '/envd.v1.Environment/WatchSession',
             envd_dot_v1_dot_environment__pb2.WatchSessionRequest.SerializeToString,
             envd_dot_v1_dot_environment__pb2.SessionEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadFiles(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/envd.v1.Environment/UploadFiles',
+            envd_dot_v1_dot_environment__pb2.UploadFilesRequest.SerializeToString,
+            envd_dot_v1_dot_environment__pb2.UploadFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/envd.v1.Environment/DownloadFiles',
+            envd_dot_v1_dot_environment__pb2.DownloadFilesRequest.SerializeToString,
+            envd_dot_v1_dot_environment__pb2.DownloadFilesChunk.FromString,
             options,
             channel_credentials,
             insecure,
