@@ -349,6 +349,45 @@ def tool_call(name: str, arguments: str, tool_call_id: str) -> OmniMessage:
     return _model(ToolCallPayload(name=name, arguments=arguments, tool_call_id=tool_call_id))
 
 
+def thinking(text: str, fidelity: Fidelity | None = None,
+             stop_reason: StopReason | None = None) -> OmniMessage:
+    payload = ThinkingPayload(thinking=text)
+    if fidelity is not None:
+        payload.fidelity = fidelity
+    if stop_reason is not None:
+        payload.stop_reason = stop_reason
+    return _model(payload)
+
+
+def partial_text(event_type: StreamEventType, text: str = "",
+                 stop_reason: StopReason | None = None) -> OmniMessage:
+    payload = PartialTextPayload(event_type=event_type, text=text)
+    if stop_reason is not None:
+        payload.stop_reason = stop_reason
+    return _model(payload)
+
+
+def partial_thinking(event_type: StreamEventType, text: str = "",
+                     stop_reason: StopReason | None = None) -> OmniMessage:
+    payload = PartialThinkingPayload(event_type=event_type, thinking=text)
+    if stop_reason is not None:
+        payload.stop_reason = stop_reason
+    return _model(payload)
+
+
+def partial_tool_call(event_type: StreamEventType, name: str, arguments: str,
+                      tool_call_id: str, stop_reason: StopReason | None = None) -> OmniMessage:
+    payload = PartialToolCallPayload(event_type=event_type, name=name, arguments=arguments,
+                                     tool_call_id=tool_call_id)
+    if stop_reason is not None:
+        payload.stop_reason = stop_reason
+    return _model(payload)
+
+
+def session_meta(payload: SessionMetaPayload) -> OmniMessage:
+    return OmniMessage(timestamp=now(), type="session_meta", payload=payload)
+
+
 def tool_call_output(
     tool_call_id: str,
     output: str,
