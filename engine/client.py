@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from engine import omni
+from engine import omni, tarstream
 from engine.omni import OmniMessage
 from envd.v1 import environment_pb2 as pb
 from envd.v1 import environment_pb2_grpc as pb_grpc
@@ -173,6 +173,77 @@ class EnvdClient:
         async for event in call:
             yield event
 
+    # --- file transfer -------------------------------------------------------------------
+
+    async def upload(
+        self, session_id: str, chunks: AsyncIterable[bytes] | Iterable[bytes], dest: str = ""
+    ) -> pb.UploadFilesResponse:
+        """Unpack a tar stream into directory ``dest`` of the sandbox (relative: to the
+        workspace; empty: the workspace). All or nothing on the server."""
+
+        async def requests() -> AsyncIterator[pb.UploadFilesRequest]:
+            first: pb.UploadFilesRequest | None = pb.UploadFilesRequest(
+                session_id=session_id, destination=dest
+            )
+            async for chunk in _aiter_bytes(chunks):
+                for start in range(0, len(chunk), tarstream.CHUNK):
+                    piece = chunk[start:start + tarstream.CHUNK]
+                    if first is not None:
+                        first.data = piece
+                        yield first
+                        first = None
+                    else:
+                        yield pb.UploadFilesRequest(data=piece)
+            if first is not None:
+                yield first  # no data: the server says what is wrong with an empty archive
+
+        response: pb.UploadFilesResponse = await self.stub.UploadFiles(
+            requests(), metadata=self._metadata
+        )
+        return response
+
+    async def download_chunks(
+        self, session_id: str, path: str = ""
+    ) -> AsyncIterator[pb.DownloadFilesChunk]:
+        call = self.stub.DownloadFiles(
+            pb.DownloadFilesRequest(session_id=session_id, path=path), metadata=self._metadata
+        )
+        async for chunk in call:
+            yield chunk
+
+    async def download(self, session_id: str, path: str = "") -> AsyncIterator[bytes]:
+        """A tar stream of a file or directory of the sandbox, rooted at its base name."""
+        async for chunk in self.download_chunks(session_id, path):
+            yield chunk.data
+
+    async def upload_path(
+        self, session_id: str, local: str | Path, dest: str = "", *, contents: bool = False,
+        progress: tarstream.Progress | None = None,
+    ) -> pb.UploadFilesResponse:
+        """Copy a local file or directory into directory ``dest`` of the sandbox, as
+        ``dest/<its name>``; ``contents=True``: a directory's entries go straight into ``dest``.
+        ``progress(bytes_sent, expected_total)`` follows the archive as it is sent."""
+        local = Path(local)
+        if not local.exists() and not local.is_symlink():
+            raise FileNotFoundError(f"no such file or directory: {local}")
+        chunks = tarstream.tar_chunks(local, "." if contents and local.is_dir() else None)
+        total = tarstream.size_hint(local)
+        return await self.upload(session_id, tarstream.counted(chunks, progress, total), dest)
+
+    async def download_to(
+        self, session_id: str, path: str, local_dir: str | Path, *,
+        progress: tarstream.Progress | None = None,
+    ) -> Path:
+        """Copy a file or directory of the sandbox into ``local_dir`` (created when missing),
+        as ``local_dir/<its name>``; returns that path. Symlinks stay links and are never
+        followed; an unsafe archive is refused whole."""
+
+        async def chunks() -> AsyncIterator[tuple[bytes, int]]:
+            async for chunk in self.download_chunks(session_id, path):
+                yield chunk.data, chunk.size_hint
+
+        return await tarstream.unpack_chunks(chunks(), Path(local_dir), progress)
+
     async def close(self) -> None:
         await self.channel.close()
 
@@ -181,3 +252,12 @@ class EnvdClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _aiter_bytes(chunks: AsyncIterable[bytes] | Iterable[bytes]) -> AsyncIterator[bytes]:
+    if isinstance(chunks, AsyncIterable):
+        async for chunk in chunks:
+            yield chunk
+    else:
+        for chunk in chunks:
+            yield chunk

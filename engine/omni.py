@@ -394,7 +394,8 @@ def tool_call_output(
     stop_reason: StopReason = "completed",
     images: list[str] | None = None,
 ) -> OmniMessage:
-    payload = ToolCallOutputPayload(output=output, tool_call_id=tool_call_id, stop_reason=stop_reason)
+    payload = ToolCallOutputPayload(output=output, tool_call_id=tool_call_id,
+                                    stop_reason=stop_reason)
     if images:
         payload.images = list(images)
     return _model(payload)

@@ -51,4 +51,8 @@ class DaemonConfig(BaseModel):
     tls_client_ca: Path | None = Field(
         default=None, description="CA for client certificates: enables mutual TLS."
     )
+    max_upload_bytes: int = Field(
+        default=1 << 30,
+        description="Largest UploadFiles archive, and the most it may unpack to; <= 0: no limit.",
+    )
     log_level: str = Field(default="INFO", description="Log level.")

@@ -35,5 +35,17 @@ class PermissionDeniedError(EnvdError, PermissionError):
     """The caller may not do this."""
 
 
+class PathNotFound(EnvdError, LookupError):
+    """A file or directory the request names does not exist in the sandbox."""
+
+
+class TooLarge(EnvdError):
+    """The request exceeds a size limit (an upload, or the sandbox's disk)."""
+
+
+class FailedPrecondition(EnvdError):
+    """The sandbox is not in a state where this works (e.g. a file where a directory must be)."""
+
+
 class ShuttingDown(EnvdError):
     """The daemon is stopping and takes no new work."""

@@ -28,6 +28,7 @@ import asyncio
 import codecs
 import contextlib
 import errno as errno_mod
+import fcntl
 import json
 import os
 import pwd
@@ -51,6 +52,12 @@ TAIL_CHARS = 4000
 SEND_HIGH_WATER = 1 << 20
 STDIN_WRITE_TIMEOUT = 10.0
 MAX_FILE_READ = 64 << 20
+# File transfers: tar streams unpacked and packed by transfer.py, a helper process running as
+# the sandbox user (real uid, not just an effective one, and off the runner's event loop).
+TRANSFER_HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer.py")
+TRANSFER_CHUNK = 1 << 20
+MAX_TRANSFERS = 32
+TRANSFER_STOP_GRACE = 5.0
 
 
 def oom_kill_count() -> int | None:
@@ -225,12 +232,82 @@ class Proc:
         }
 
 
+class Transfer:
+    """One transfer helper process (``untar`` fed on stdin, or ``tar`` read from stdout)."""
+
+    def __init__(self, tid: str, popen: subprocess.Popen[bytes], conn: Connection) -> None:
+        self.id = tid
+        self.popen = popen
+        self.conn = conn
+        self.buffer = b""
+        self.eof = False
+        self.exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        for stream in (popen.stdin, popen.stdout):
+            if stream is not None:
+                os.set_blocking(stream.fileno(), False)
+                with contextlib.suppress(OSError, AttributeError):
+                    fcntl.fcntl(stream.fileno(), fcntl.F_SETPIPE_SZ, TRANSFER_CHUNK)
+
+    def poll(self) -> None:
+        code = self.popen.poll()
+        if code is not None and not self.exited.done():
+            self.exited.set_result(code)
+
+    def close_stdin(self) -> None:
+        if self.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.popen.stdin.close()
+
+    def leftovers(self) -> tuple[bytes, bytes]:
+        """What the helper wrote and nobody read yet (stdout, stderr); after it exited."""
+        out = []
+        for stream in (self.popen.stdout, self.popen.stderr):
+            data = b""
+            if stream is not None:
+                os.set_blocking(stream.fileno(), False)
+                with contextlib.suppress(OSError, TypeError):
+                    data = stream.read() or b""
+                with contextlib.suppress(OSError):
+                    stream.close()
+            out.append(data)
+        self.close_stdin()
+        return out[0], out[1]
+
+    def failure(self, fallback: str) -> RunnerError:
+        """The helper's own error report (a JSON line), or ``fallback``."""
+        out, err = self.leftovers()
+        # stderr first: stdout of a packer is archive data, which the sandbox controls.
+        for line in [*reversed(err.splitlines()), *reversed((self.buffer + out).splitlines())]:
+            with contextlib.suppress(ValueError):
+                reply = json.loads(line)
+                if isinstance(reply, dict) and reply.get("ok") is False:
+                    return RunnerError(str(reply.get("error")), str(reply.get("code", "EIO")))
+        detail = err.decode("utf-8", "replace").strip().splitlines()
+        return RunnerError(f"{fallback}: {detail[-1]}" if detail else fallback, "EIO")
+
+    async def stop(self) -> None:
+        """SIGTERM (the helper removes its temporary files), SIGKILL after a grace period."""
+        if not self.exited.done():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), TRANSFER_STOP_GRACE)
+        if not self.exited.done():
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), TRANSFER_STOP_GRACE)
+        self.leftovers()
+
+
 class Runner:
     def __init__(self, uid: int | None, gid: int | None) -> None:
         self.uid = uid
         self.gid = gid
         self.procs: dict[str, Proc] = {}
         self.conns: set[Connection] = set()
+        self.transfers: dict[str, Transfer] = {}
+        self.next_transfer = 0
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith("ENVD_")}
         if uid is not None:
             try:
@@ -244,6 +321,8 @@ class Runner:
     # --- process life --------------------------------------------------------------------
 
     def on_sigchld(self) -> None:
+        for transfer in list(self.transfers.values()):
+            transfer.poll()
         for proc in list(self.procs.values()):
             if proc.exit_time is None:
                 code = proc.popen.poll()
@@ -585,6 +664,191 @@ class Runner:
             # A few local syscalls, like every file op here.
             return {"path": os.path.realpath(str(h["path"]))}  # noqa: ASYNC240
 
+    # --- file transfers ------------------------------------------------------------------
+
+    def _start_transfer(self, conn: Connection, args: list[str], feed: bool) -> Transfer:
+        if len(self.transfers) >= MAX_TRANSFERS:
+            raise RunnerError(f"at most {MAX_TRANSFERS} transfers at once", "EAGAIN")
+        kwargs: dict[str, Any] = {}
+        if self.uid is not None and os.geteuid() == 0:
+            kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
+        popen = subprocess.Popen(
+            [sys.executable, "-I", TRANSFER_HELPER, *args],
+            stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self.base_env,
+            cwd="/",
+            start_new_session=True,
+            close_fds=True,
+            **kwargs,
+        )
+        self.next_transfer += 1
+        transfer = Transfer(f"x{self.next_transfer}", popen, conn)
+        self.transfers[transfer.id] = transfer
+        transfer.poll()  # it may already have exited
+        return transfer
+
+    def _transfer(self, h: dict[str, Any]) -> Transfer:
+        transfer = self.transfers.get(str(h.get("id")))
+        if transfer is None:
+            raise RunnerError(f"unknown transfer {h.get('id')}", "ESRCH")
+        return transfer
+
+    async def _end_transfer(self, transfer: Transfer) -> None:
+        self.transfers.pop(transfer.id, None)
+        await transfer.stop()
+
+    async def _wait_fd(self, fd: int, write: bool, transfer: Transfer) -> None:
+        """Until ``fd`` is ready or the helper exited."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        (loop.add_writer if write else loop.add_reader)(fd, wake)
+        # Once the helper is gone, only the pipe can wake us (no busy loop if something else
+        # still holds its end).
+        waiters: set[asyncio.Future[Any]] = {ready}
+        if not transfer.exited.done():
+            waiters.add(transfer.exited)
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            (loop.remove_writer if write else loop.remove_reader)(fd)
+
+    async def op_untar_begin(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> dict[str, Any]:
+        """Start unpacking into directory ``dest``; feed with untar_chunk, finish with
+        untar_end (or untar_abort: nothing is left behind)."""
+        dest = str(h["dest"])
+        if not os.path.isabs(dest) or "\0" in dest:
+            raise RunnerError(f"destination must be an absolute path, not {dest[:200]!r}")
+        transfer = self._start_transfer(
+            conn, ["untar", dest, str(int(h.get("max_bytes", 0)))], feed=True
+        )
+        return {"id": transfer.id}
+
+    async def op_untar_chunk(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> dict[str, Any]:
+        transfer = self._transfer(h)
+        assert transfer.popen.stdin is not None
+        fd = transfer.popen.stdin.fileno()
+        view = memoryview(body)
+        while view:
+            if transfer.exited.done():
+                break  # it stopped reading: refused the archive, or failed
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                await self._wait_fd(fd, True, transfer)
+            except BrokenPipeError:
+                await asyncio.wait({transfer.exited}, timeout=TRANSFER_STOP_GRACE)
+                break
+        if view:
+            self.transfers.pop(transfer.id, None)
+            error = transfer.failure("the unpacker stopped")
+            await transfer.stop()
+            raise error
+        return {"written": len(body)}
+
+    async def op_untar_end(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> dict[str, Any]:
+        transfer = self._transfer(h)
+        transfer.close_stdin()
+        code = await transfer.exited
+        self.transfers.pop(transfer.id, None)
+        if code != 0:
+            raise transfer.failure(f"the unpacker exited with code {code}")
+        out, _err = transfer.leftovers()
+        lines = out.strip().splitlines()
+        try:
+            reply = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            raise RunnerError("the unpacker gave no result", "EIO") from None
+        return {k: v for k, v in reply.items() if k in ("entries", "bytes", "destination")}
+
+    async def op_untar_abort(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> dict[str, Any]:
+        transfer = self.transfers.get(str(h.get("id")))
+        if transfer is not None:
+            await self._end_transfer(transfer)
+        return {"found": transfer is not None}
+
+    async def op_tar_begin(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> dict[str, Any]:
+        """Start packing ``path``; read the stream with tar_read, release with tar_close."""
+        path = str(h["path"])
+        if not os.path.isabs(path) or "\0" in path:
+            raise RunnerError(f"path must be absolute, not {path[:200]!r}")
+        transfer = self._start_transfer(conn, ["tar", path], feed=False)
+        assert transfer.popen.stdout is not None
+        fd = transfer.popen.stdout.fileno()
+        try:
+            # The helper's first line: the size hint, or nothing when it failed at once.
+            while b"\n" not in transfer.buffer:
+                try:
+                    data = os.read(fd, TRANSFER_CHUNK)
+                except BlockingIOError:
+                    await self._wait_fd(fd, False, transfer)
+                    continue
+                if not data:
+                    await asyncio.wait({transfer.exited}, timeout=TRANSFER_STOP_GRACE)
+                    raise transfer.failure("the packer failed")
+                transfer.buffer += data
+            line, _, transfer.buffer = transfer.buffer.partition(b"\n")
+            hint = int(json.loads(line).get("size_hint", 0))
+        except BaseException:
+            await self._end_transfer(transfer)
+            raise
+        return {"id": transfer.id, "size_hint": hint}
+
+    async def op_tar_read(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        """The next chunk of the stream; ``eof`` once it is complete."""
+        transfer = self._transfer(h)
+        limit = max(1, min(int(h.get("max_bytes", TRANSFER_CHUNK)), 8 * TRANSFER_CHUNK))
+        assert transfer.popen.stdout is not None
+        fd = transfer.popen.stdout.fileno()
+        data = transfer.buffer[:limit]
+        transfer.buffer = transfer.buffer[limit:]
+        while len(data) < limit and not transfer.eof:
+            try:
+                chunk = os.read(fd, limit - len(data))
+            except BlockingIOError:
+                if data:
+                    break
+                await self._wait_fd(fd, False, transfer)
+                continue
+            if not chunk:
+                transfer.eof = True
+                break
+            data += chunk
+        if data:
+            return {"eof": False}, data
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(transfer.exited), TRANSFER_STOP_GRACE)
+        self.transfers.pop(transfer.id, None)
+        if transfer.exited.done() and transfer.exited.result() == 0:
+            transfer.leftovers()
+            return {"eof": True}, b""
+        error = transfer.failure("the packer failed")
+        await transfer.stop()
+        raise error
+
+    async def op_tar_close(
+        self, conn: Connection, h: dict[str, Any], body: bytes
+    ) -> dict[str, Any]:
+        return await self.op_untar_abort(conn, h, body)
+
     # --- connections ---------------------------------------------------------------------
 
     async def serve_connection(
@@ -610,6 +874,10 @@ class Runner:
                     if proc.orphan == "kill":
                         self.procs.pop(proc.id, None)
                         proc.signal_group(signal.SIGKILL)
+            # Transfers die with their connection; an unpacker removes its temporary files.
+            for transfer in list(self.transfers.values()):
+                if transfer.conn is conn:
+                    asyncio.get_running_loop().create_task(self._end_transfer(transfer))
             writer.close()
 
     def shutdown(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -10,14 +11,18 @@ from typing import Any, TypeVar
 import grpc
 import pydantic
 
+from envd import transfer
 from envd.errors import (
     CapacityExceeded,
     EnvdError,
+    FailedPrecondition,
     InvalidArgument,
+    PathNotFound,
     PermissionDeniedError,
     SandboxUnavailable,
     SessionNotFound,
     ShuttingDown,
+    TooLarge,
     Unauthenticated,
 )
 from envd.server import convert
@@ -40,6 +45,9 @@ _STATUS: list[tuple[type[EnvdError], grpc.StatusCode]] = [
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
     (ShuttingDown, grpc.StatusCode.UNAVAILABLE),
+    (PathNotFound, grpc.StatusCode.NOT_FOUND),
+    (TooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 
@@ -151,3 +159,38 @@ class EnvironmentServicer(pb_grpc.EnvironmentServicer):
             return
         async for event in session.watch():
             yield convert.event_to_wire(session.session_id, event)
+
+    @unary
+    async def UploadFiles(  # noqa: N802
+        self, requests: AsyncIterator[pb.UploadFilesRequest], context: Context
+    ) -> pb.UploadFilesResponse:
+        first = await anext(aiter(requests), None)
+        if first is None:
+            raise InvalidArgument("UploadFiles needs a first message with the session_id")
+        session = self._session(first.session_id, context)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield first.data
+            async for message in requests:
+                if message.session_id and message.session_id != first.session_id:
+                    raise InvalidArgument("every UploadFiles message must be for one session")
+                yield message.data
+
+        result = await transfer.upload(session, first.destination, chunks(),
+                                       self.manager.config.max_upload_bytes)
+        return pb.UploadFilesResponse(destination=result.destination, entries=result.entries,
+                                      bytes=result.bytes)
+
+    async def DownloadFiles(  # noqa: N802
+        self, request: pb.DownloadFilesRequest, context: Context
+    ) -> AsyncIterator[pb.DownloadFilesChunk]:
+        try:
+            session = self._session(request.session_id, context)
+            # aclosing: a client that goes away stops the packer in the sandbox at once.
+            async with contextlib.aclosing(transfer.download(session, request.path)) as stream:
+                async for data, hint in stream:
+                    yield pb.DownloadFilesChunk(data=data, size_hint=hint)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await context.abort(*_status(exc))

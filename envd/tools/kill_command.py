@@ -72,7 +72,7 @@ async def _attach_and_kill(entry: CommandSession, ctx: ToolContext) -> ToolResul
     process_id = entry.id
     channel = ctx.channel
     loop = asyncio.get_running_loop()
-    killed = False
+    killed = gone = False
     async with channel.subscribe(process_id) as stream:
         settled = False
         try:
@@ -87,18 +87,16 @@ async def _attach_and_kill(entry: CommandSession, ctx: ToolContext) -> ToolResul
                 if exc.code != "ESRCH":
                     raise
                 # Unknown to the runner: its exit went to a poll that was cut short, if anywhere.
-                ctx.commands.remove(process_id)
-                if entry.exit_info is None:
-                    raise ToolFailure(unknown_process(process_id)) from None
-                return _result(process_id, False, entry.exit_info)
-            if info is None and running:
-                killed, info = await _kill(ctx, process_id, stream)
-            if info is None:
-                info = await stream_until(stream, ctx.emit, loop.time() + EXIT_WAIT_S)
-            if info is None:
-                # No exit within the bound (a process stuck in the kernel): drop it anyway.
-                with contextlib.suppress(RunnerCallError):
-                    await channel.call("forget", id=process_id)
+                gone = True
+            if not gone:
+                if info is None and running:
+                    killed, info = await _kill(ctx, process_id, stream)
+                if info is None:
+                    info = await stream_until(stream, ctx.emit, loop.time() + EXIT_WAIT_S)
+                if info is None:
+                    # No exit within the bound (stuck in the kernel): drop it from the runner.
+                    with contextlib.suppress(RunnerCallError):
+                        await channel.call("forget", id=process_id)
             settled = True
         finally:
             if not settled:
@@ -106,6 +104,8 @@ async def _attach_and_kill(entry: CommandSession, ctx: ToolContext) -> ToolResul
                 with contextlib.suppress(RunnerCallError, ChannelClosed):
                     await asyncio.shield(channel.call("detach", id=process_id))
     ctx.commands.remove(process_id)
+    if gone and entry.exit_info is None:
+        raise ToolFailure(unknown_process(process_id))
     return _result(process_id, killed, info or entry.exit_info)
 
 

@@ -1,0 +1,1 @@
+"""LLMInterface implementations: an OpenAI-compatible client and a scripted model."""
