@@ -5,6 +5,7 @@ Generated protobuf types stop here; :mod:`engine.remote` builds the EnvironmentI
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
@@ -181,11 +182,13 @@ class EnvdClient:
         """Unpack a tar stream into directory ``dest`` of the sandbox (relative: to the
         workspace; empty: the workspace). All or nothing on the server."""
 
+        failed: list[Exception] = []
+
         async def requests() -> AsyncIterator[pb.UploadFilesRequest]:
             first: pb.UploadFilesRequest | None = pb.UploadFilesRequest(
                 session_id=session_id, destination=dest
             )
-            async for chunk in _aiter_bytes(chunks):
+            async for chunk in _failures_to(failed, _aiter_bytes(chunks)):
                 for start in range(0, len(chunk), tarstream.CHUNK):
                     piece = chunk[start:start + tarstream.CHUNK]
                     if first is not None:
@@ -197,9 +200,15 @@ class EnvdClient:
             if first is not None:
                 yield first  # no data: the server says what is wrong with an empty archive
 
-        response: pb.UploadFilesResponse = await self.stub.UploadFiles(
-            requests(), metadata=self._metadata
-        )
+        try:
+            response: pb.UploadFilesResponse = await self.stub.UploadFiles(
+                requests(), metadata=self._metadata
+            )
+        except asyncio.CancelledError:
+            # grpc cancels the call when the request iterator raises: give the cause instead.
+            if failed:
+                raise failed[0] from None
+            raise
         return response
 
     async def download_chunks(
@@ -261,3 +270,14 @@ async def _aiter_bytes(chunks: AsyncIterable[bytes] | Iterable[bytes]) -> AsyncI
     else:
         for chunk in chunks:
             yield chunk
+
+
+async def _failures_to(
+    failed: list[Exception], chunks: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except Exception as exc:
+        failed.append(exc)
+        raise

@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,10 @@ def _parse(field: FieldInfo, text: str) -> Any:
     return Path(text) if text else None  # Path and Path | None
 
 
+def _parser_for(field: FieldInfo) -> Callable[[str], Any]:
+    return lambda text: _parse(field, text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="envd", description="Sandboxed tool execution over gRPC.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -61,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices = typing.get_args(field.annotation) if typing.get_origin(
             field.annotation) is typing.Literal else None
         serve.add_argument(flag, dest=name, default=default, choices=choices,
-                           type=lambda text, f=field: _parse(f, text), help=help_text)
+                           type=_parser_for(field), help=help_text)
     commands.add_parser("config-reference", help="print every setting as Markdown")
     return parser
 

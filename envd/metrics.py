@@ -40,4 +40,8 @@ class Metrics:
     def watch_sessions(self, states: Callable[[], dict[str, int]]) -> None:
         """Session gauges computed at scrape time from the registry."""
         for state in ("starting", "running", "broken"):
-            self.sessions.labels(state).set_function(lambda s=state: states().get(s, 0))
+            self.sessions.labels(state).set_function(_count_of(states, state))
+
+
+def _count_of(states: Callable[[], dict[str, int]], state: str) -> Callable[[], float]:
+    return lambda: float(states().get(state, 0))

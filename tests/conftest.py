@@ -93,13 +93,14 @@ async def manager_factory(data_dir: Path) -> AsyncIterator[object]:
         await manager.shutdown()
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=["local", "docker", "gvisor"])
 async def sandbox_env(request: pytest.FixtureRequest, manager_factory) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
-    """An in-process Environment on each backend."""
-    if request.param == "docker":
+    """An in-process Environment on each backend, and under gVisor."""
+    if request.param != "local":
         request.getfixturevalue("docker_ready")
-    manager = await manager_factory(request.param)
-    session = await manager.create(SessionOptions(), tenant="")
+    manager = await manager_factory("local" if request.param == "local" else "docker")
+    isolation = "gvisor" if request.param == "gvisor" else "runc"
+    session = await manager.create(SessionOptions(isolation=isolation), tenant="")
     env = SandboxEnvironment(session, manager)
     yield env
     await env.dispose()

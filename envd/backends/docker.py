@@ -39,6 +39,8 @@ SCRATCHPAD = "/scratchpad"
 CONTROL_DIR = "/run/envd"
 RUNNER_MOUNT = "/opt/envd-runner"
 RUNNER_CAPS = ["SETUID", "SETGID", "KILL"]
+GVISOR_PIDS_FACTOR = 4
+GVISOR_PIDS_EXTRA = 256
 
 
 class DockerBackend:
@@ -129,6 +131,10 @@ class DockerBackend:
         )
         if spec.isolation == "gvisor":
             params["runtime"] = self.gvisor_runtime
+            # The host cgroup also counts gVisor's own threads (the sentry, and one stub thread
+            # per sandboxed task on the ptrace platform): leave room for them, or the sandbox
+            # dies when its processes come close to the limit.
+            params["pids_limit"] = spec.pids * GVISOR_PIDS_FACTOR + GVISOR_PIDS_EXTRA
         try:
             container = self.client.containers.run(**params)
         except docker.errors.ImageNotFound as exc:

@@ -263,7 +263,7 @@ class Transfer:
         out = []
         for stream in (self.popen.stdout, self.popen.stderr):
             data = b""
-            if stream is not None:
+            if stream is not None and not stream.closed:
                 os.set_blocking(stream.fileno(), False)
                 with contextlib.suppress(OSError, TypeError):
                     data = stream.read() or b""
@@ -537,7 +537,7 @@ class Runner:
                 if remaining <= 0:
                     raise RunnerError("the process is not reading its input", "EAGAIN") from None
                 ready: asyncio.Future[None] = loop.create_future()
-                loop.add_writer(proc.in_fd, lambda: ready.done() or ready.set_result(None))
+                loop.add_writer(proc.in_fd, _wake, ready)
                 try:
                     await asyncio.wait({ready, proc.exited}, timeout=remaining,
                                        return_when=asyncio.FIRST_COMPLETED)
@@ -557,6 +557,10 @@ class Runner:
         if self.uid is None or os.geteuid() != 0:
             yield
             return
+        # Exactly the command processes' rights: their uid, their gid, no supplementary groups
+        # (root's group 0 would open files the sandbox user's shell cannot).
+        groups = os.getgroups()
+        os.setgroups([])
         os.setegid(self.gid if self.gid is not None else self.uid)
         os.seteuid(self.uid)
         try:
@@ -564,6 +568,7 @@ class Runner:
         finally:
             os.seteuid(0)
             os.setegid(0)
+            os.setgroups(groups)
 
     async def op_stat(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
         with self.as_user():
@@ -885,6 +890,11 @@ class Runner:
             proc.signal_group(signal.SIGKILL)
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def os_message(exc: OSError) -> str:
     text = exc.strerror or str(exc)
     return f"{text}: {exc.filename}" if exc.filename else text
@@ -904,7 +914,7 @@ async def amain(args: argparse.Namespace) -> None:
     loop.add_signal_handler(signal.SIGCHLD, runner.on_sigchld)
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
+        loop.add_signal_handler(sig, _wake, stop)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(args.socket)
     old_umask = os.umask(0o077)

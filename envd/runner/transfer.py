@@ -293,7 +293,9 @@ def unpack(
     before anything moves into place. Returns ``{"entries", "bytes", "destination"}``."""
     dest = os.path.abspath(dest)
     base = _existing_ancestor(dest)
+    base_times = os.stat(base)
     tmp = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=base)
+    committing = False
     try:
         root_fd = os.open(tmp, _DIR_FLAGS)
         try:
@@ -309,6 +311,7 @@ def unpack(
                 pass
             if before_commit is not None:
                 before_commit()
+            committing = True
             os.makedirs(dest, exist_ok=True)
             dest_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -321,6 +324,10 @@ def unpack(
             os.close(root_fd)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not committing:
+            # A refused archive leaves no trace, not even in its directory's timestamps.
+            with contextlib.suppress(OSError):
+                os.utime(base, ns=(base_times.st_atime_ns, base_times.st_mtime_ns))
     return {"entries": extractor.entries, "bytes": extractor.total, "destination": dest}
 
 

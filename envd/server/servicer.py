@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 import pydantic
@@ -33,7 +33,7 @@ from envd.v1 import environment_pb2 as pb
 from envd.v1 import environment_pb2_grpc as pb_grpc
 
 log = logging.getLogger("envd.server")
-Context = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext
 R = TypeVar("R")
 
 # One table from error class to status code.

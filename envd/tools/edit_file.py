@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,9 @@ TOOL_NAME = "edit_file"
 # Files are edited in memory (old and new text at once); bigger ones are a job for sed.
 EDIT_MAX_BYTES = 16 * MIB
 MAX_HUNKS = 5
+# Replacements laid out for the diff before giving up on it: beyond this, hunks are far past
+# the output limit anyway, and the work (about 15 µs each) would risk the call's timeout.
+MAX_LAID_OUT = 20_000
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,13 @@ class Site:
     replacements: int
 
 
-def find_all(text: str, old: str) -> list[int]:
-    """Offsets of the non-overlapping occurrences of ``old``, left to right."""
-    found = []
+def find_all(text: str, old: str) -> Iterator[int]:
+    """Offsets of the non-overlapping occurrences of ``old``, left to right (as ``str.count``
+    and ``str.replace`` see them)."""
     pos = text.find(old)
     while pos >= 0:
-        found.append(pos)
+        yield pos
         pos = text.find(old, pos + len(old))
-    return found
 
 
 def _line_end(text: str, pos: int) -> int:
@@ -71,26 +74,33 @@ def _line_end(text: str, pos: int) -> int:
     return len(text) if newline < 0 else newline + 1
 
 
-def replacement_sites(text: str, new_text: str, positions: list[int], old_len: int,
+def replacement_sites(text: str, new_text: str, positions: Iterable[int], old_len: int,
                       new_len: int) -> Iterator[Site]:
     """Whole-line spans around each replacement, in both texts. A span ends where both texts
     are at a line start again; outside the spans both texts are the same lines."""
     shift = new_len - old_len
-    i = 0
-    while i < len(positions):
-        start = text.rfind("\n", 0, positions[i]) + 1
-        new_start = start + i * shift
+    found = iter(positions)
+    pos = next(found, None)
+    done = 0  # replacements before ``pos``
+    while pos is not None:
+        start = text.rfind("\n", 0, pos) + 1
+        new_start = start + done * shift
         count = 0
+        end = -1
         while True:
-            old_end = positions[i] + old_len
-            new_end = positions[i] + i * shift + new_len
+            old_end = pos + old_len
+            new_end = pos + done * shift + new_len
             count += 1
-            i += 1
+            done += 1
+            pos = next(found, None)
             at_line_start = text[old_end - 1] == "\n" and (
                 new_end == 0 or new_text[new_end - 1] == "\n"
             )
-            end = old_end if old_end == len(text) or at_line_start else _line_end(text, old_end)
-            if i < len(positions) and positions[i] < end:
+            if old_end == len(text) or at_line_start:
+                end = old_end
+            elif old_end >= end:  # else still before the line's end found for the last one
+                end = _line_end(text, old_end)
+            if pos is not None and pos < end:
                 continue  # the next replacement shares a line with this one
             break
         yield Site(start, end, new_start, new_end + end - old_end, count)
@@ -102,16 +112,19 @@ class EditDiff:
     hidden_replacements: int  # replacements outside the hunks shown
 
 
-def edit_diff(text: str, new_text: str, positions: list[int], old_len: int, new_len: int,
-              max_hunks: int = MAX_HUNKS) -> EditDiff:
-    """Unified-diff hunks (3 lines of context) of a replace, at most ``max_hunks``."""
+def edit_diff(text: str, new_text: str, old: str, new: str, *, max_hunks: int = MAX_HUNKS,
+              max_work: int = MAX_LAID_OUT) -> EditDiff | None:
+    """Unified-diff hunks (3 lines of context) of replacing every ``old`` in ``text`` by ``new``
+    (giving ``new_text``), at most ``max_hunks``. Only the sites up to the last hunk shown are
+    laid out; None when that takes more than ``max_work`` replacements."""
     a, b = split_lines(text), split_lines(new_text)
     codes: list[Opcode] = []
     firsts: list[tuple[tuple[int, int], int]] = []  # each site's first change, and its count
     a_line = b_line = 0  # line numbers of the previous site's end
     a_pos = b_pos = 0
     clusters = done = 0
-    for site in replacement_sites(text, new_text, positions, old_len, new_len):
+    positions = itertools.islice(find_all(text, old), max_work + 1)
+    for site in replacement_sites(text, new_text, positions, len(old), len(new)):
         a_next = a_line + text.count("\n", a_pos, site.old_start)
         b_next = b_line + new_text.count("\n", b_pos, site.new_start)
         if not codes or a_next - a_line > 2 * DIFF_CONTEXT:
@@ -132,10 +145,12 @@ def edit_diff(text: str, new_text: str, positions: list[int], old_len: int, new_
         a_pos, b_pos = site.old_end, site.new_end
     else:
         a_next, b_next = len(a), len(b)
+    if done > max_work:
+        return None
     codes.append(("equal", a_line, a_next, b_line, b_next))
     groups = group_opcodes(merge_opcodes(codes))
     shown = groups[:max_hunks]
-    hidden = len(positions) - done
+    hidden = text.count(old) - done
     if len(groups) > len(shown):
         # Where the shown changes end (adjacent sites may share one merged opcode).
         end = max((c[2], c[4]) for c in shown[-1] if c[0] != "equal")
@@ -209,11 +224,15 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     except RunnerCallError as exc:
         raise file_error("edit", path, exc) from None
 
-    positions = find_all(text, old)  # as many as ``count``: both are non-overlapping scans
-    diff = await asyncio.to_thread(edit_diff, text, new_text, positions, len(old), len(new))
-    parts = [f'Replaced {count} occurrence(s) in "{path}".', *diff.hunks]
-    if diff.hidden_replacements:
-        parts.append(f"…and {diff.hidden_replacements} more replacements")
+    # CPU-bound on big files: keep it off the event loop that serves every session.
+    diff = await asyncio.to_thread(edit_diff, text, new_text, old, new)
+    parts = [f'Replaced {count} occurrence(s) in "{path}".']
+    if diff is None:
+        parts.append(f"(diff not shown: more than {MAX_LAID_OUT} replacements to lay out)")
+    else:
+        parts.extend(diff.hunks)
+        if diff.hidden_replacements:
+            parts.append(f"…and {diff.hidden_replacements} more replacements")
     await ctx.emit("\n".join(parts))
     return ToolResult()
 

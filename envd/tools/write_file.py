@@ -27,6 +27,8 @@ from envd.tools.base import Tool, ToolContext, ToolResult, require_string
 
 TOOL_NAME = "write_file"
 DIFF_MAX_BYTES = 1 * MIB  # larger previous contents are replaced without a diff
+# Diffing against a bigger new content takes seconds, and its diff could never be shown.
+DIFF_MAX_NEW_BYTES = 8 * MIB
 READ_MAX_BYTES = 64 * MIB  # the runner's cap on one read
 UNCHANGED = "(content unchanged)"
 
@@ -76,6 +78,8 @@ async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         old, truncated = previous
         if truncated or len(old) > DIFF_MAX_BYTES:
             detail = "(no diff shown: the previous content was larger than 1 MiB)"
+        elif len(data) > DIFF_MAX_NEW_BYTES:
+            detail = "(no diff shown: the new content is larger than 8 MiB)"
         elif b"\0" in old:
             detail = "(no diff shown: the previous content was binary)"
         else:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import os
 import stat
 import tarfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -176,3 +178,28 @@ async def test_transfer_errors_are_status_codes(remote_env: RemoteEnvironment) -
     with pytest.raises(grpc.aio.AioRpcError) as denied:
         await client.upload(sid, [evil_tar()], "/etc")
     assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_interrupted_upload_leaves_nothing(
+    remote_env: RemoteEnvironment, tmp_path: Path
+) -> None:
+    client, sid = remote_env.client, remote_env.session_id
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(8 << 20))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(big, arcname="big.bin")
+    archive = buffer.getvalue()
+
+    async def cut_short() -> AsyncIterator[bytes]:
+        yield archive[: 3 << 20]
+        await asyncio.sleep(0.5)  # the unpacker is mid-file now
+        raise RuntimeError("the client gave up")
+
+    with pytest.raises((RuntimeError, grpc.aio.AioRpcError)):
+        await client.upload(sid, cut_short(), "")
+    for _ in range(100):
+        if await sh(remote_env, "ls -A /workspace") == "[no output]":
+            break
+        await asyncio.sleep(0.1)
+    assert await sh(remote_env, "ls -A /workspace") == "[no output]"

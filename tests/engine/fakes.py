@@ -63,7 +63,8 @@ def check_stream(messages: list[OmniMessage]) -> None:
              if isinstance(m.payload, omni.ToolCallPayload)]
     for call_id in calls:
         frame = [m for m in messages
-                 if isinstance(m.payload, omni.PartialToolCallOutputPayload | omni.ToolCallOutputPayload)
+                 if isinstance(m.payload, omni.PartialToolCallOutputPayload
+                               | omni.ToolCallOutputPayload)
                  and m.payload.tool_call_id == call_id]
         if not frame:
             continue  # a call of a request that did not complete
@@ -95,3 +96,8 @@ def of_type(messages: list[OmniMessage], kind: type) -> list:  # type: ignore[ty
 
 async def collect(stream: AsyncIterator[OmniMessage]) -> list[OmniMessage]:
     return [m async for m in stream]
+
+
+def output_texts(messages: list[OmniMessage]) -> list[str]:
+    """The outputs of the complete tool_call_output messages among ``messages``."""
+    return [p.output for p in of_type(messages, omni.ToolCallOutputPayload)]

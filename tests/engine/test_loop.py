@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from engine import omni
+from engine.interface import ApprovalDecision
+from engine.llm import LLMOutcome, LLMStream
 from engine.loop import DENIED_NOTE, AgentSession, RetryPolicy
 from engine.models.scripted import ScriptedModel
 from engine.omni import OmniMessage, SessionMetaPayload
 from engine.trace import TraceWriter, load
-from tests.engine.fakes import FakeEnvironment, check_stream, collect, of_type
+from tests.engine.fakes import FakeEnvironment, check_stream, collect, of_type, output_texts
 
 pytestmark = pytest.mark.anyio
 FAST = RetryPolicy(max_retries=3, base_delay_s=0.01)
@@ -25,7 +28,7 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
 
 
-async def allow(_: OmniMessage) -> str:
+async def allow(_: OmniMessage) -> ApprovalDecision:
     return "allow"
 
 
@@ -36,7 +39,8 @@ def meta() -> SessionMetaPayload:
 
 
 def kinds(messages: list[OmniMessage]) -> list[str]:
-    return [str(getattr(m.payload, "type", m.type)) for m in messages if not omni.is_partial_payload(m)]
+    return [str(getattr(m.payload, "type", m.type)) for m in messages
+            if not omni.is_partial_payload(m)]
 
 
 async def test_answer_without_tools_ends_the_task() -> None:
@@ -47,7 +51,8 @@ async def test_answer_without_tools_ends_the_task() -> None:
     check_stream(out)
     assert kinds(out) == ["request_begin", "thinking", "text", "token_usage", "request_end"]
     assert of_type(out, omni.RequestEndPayload)[0].status == "completed"
-    assert "".join(p.text for p in of_type(out, omni.PartialTextPayload)) == "Hello there, nothing to do."
+    streamed = "".join(p.text for p in of_type(out, omni.PartialTextPayload))
+    assert streamed == "Hello there, nothing to do."
     assert model.requests == [[prompt]]  # the prompt is sent, not echoed on the stream
     assert session.carry_over == []
 
@@ -63,15 +68,17 @@ async def test_concurrent_calls_stream_interleaved_and_refeed_in_call_order() ->
     completes = of_type(out, omni.ToolCallOutputPayload)
     assert [c.output for c in completes] == ["quick", "slow one"]  # completion order
     refed = model.requests[1]
-    assert [m.payload.output for m in refed] == ["slow one", "quick"]  # call order
+    assert output_texts(refed) == ["slow one", "quick"]  # call order
     decisions = of_type(out, omni.ApprovalDecisionPayload)
     assert [d.decision for d in decisions] == ["allow", "allow"]
     # Both ran at once: the slow call's output was still streaming when the quick one ended.
     slow_id = decisions[0].tool_call_id
-    first_slow_delta = next(i for i, m in enumerate(out)
-                            if isinstance(m.payload, omni.PartialToolCallOutputPayload)
-                            and m.payload.tool_call_id == slow_id and m.payload.event_type == "delta")
-    quick_done = next(i for i, m in enumerate(out) if isinstance(m.payload, omni.ToolCallOutputPayload))
+    first_slow_delta = next(
+        i for i, m in enumerate(out)
+        if isinstance(m.payload, omni.PartialToolCallOutputPayload)
+        and m.payload.tool_call_id == slow_id and m.payload.event_type == "delta")
+    quick_done = next(i for i, m in enumerate(out)
+                      if isinstance(m.payload, omni.ToolCallOutputPayload))
     assert first_slow_delta < quick_done
 
 
@@ -85,13 +92,13 @@ async def test_no_approver_denies_everything_without_running_it() -> None:
     assert [d.decision for d in of_type(out, omni.ApprovalDecisionPayload)] == ["deny", "deny"]
     outputs = of_type(out, omni.ToolCallOutputPayload)
     assert [(o.output, o.stop_reason) for o in outputs] == [(DENIED_NOTE, "aborted")] * 2
-    assert [m.payload.output for m in model.requests[1]] == [DENIED_NOTE, DENIED_NOTE]
+    assert output_texts(model.requests[1]) == [DENIED_NOTE, DENIED_NOTE]
 
 
 async def test_throwing_approver_denies_and_approvals_are_sequential() -> None:
     asked: list[str] = []
 
-    async def approver(tool_call: OmniMessage) -> str:
+    async def approver(tool_call: OmniMessage) -> ApprovalDecision:
         args = json.loads(tool_call.payload.arguments)  # type: ignore[attr-defined]
         asked.append(args["text"])
         if args["text"] == "bad":
@@ -105,7 +112,7 @@ async def test_throwing_approver_denies_and_approvals_are_sequential() -> None:
     check_stream(out)
     assert asked == ["bad", "good"]
     assert [d.decision for d in of_type(out, omni.ApprovalDecisionPayload)] == ["deny", "allow"]
-    assert [m.payload.output for m in model.requests[1]] == [DENIED_NOTE, "good"]
+    assert output_texts(model.requests[1]) == [DENIED_NOTE, "good"]
     assert len(env.executed) == 1
 
 
@@ -181,7 +188,7 @@ async def test_abort_closes_a_call_that_ignores_it() -> None:
     session = AgentSession(model, FakeEnvironment(), tool_abort_grace_s=0.3)
     out: list[OmniMessage] = []
 
-    async def approver(tool_call: OmniMessage) -> str:
+    async def approver(tool_call: OmniMessage) -> ApprovalDecision:
         if tool_call.payload.name == "stubborn":  # type: ignore[attr-defined]
             asyncio.get_running_loop().call_later(0.2, signal.set)
             await asyncio.sleep(3600)  # a human who never answers: the abort must not wait
@@ -227,3 +234,53 @@ async def test_trace_replays_to_the_model_context(tmp_path: Path) -> None:
         await collect(again.run([omni.user_text("and now?")]))
     assert [omni.to_dict(m) for m in load(path).context()] == [
         omni.to_dict(m) for m in resumed_model.history]
+
+
+class UnrulyModel:
+    """Breaks the LLM contract: streams text forever ignoring the abort signal, or ends
+    without an outcome."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.requests = 0
+
+    def set_history(self, messages: Sequence[OmniMessage]) -> None:
+        pass
+
+    def stream_generate(self, new_messages: Sequence[OmniMessage],
+                        signal: asyncio.Event | None = None,
+                        thinking_level: str | None = None) -> LLMStream:
+        self.requests += 1
+        return LLMStream(self._generate())
+
+    async def _generate(self) -> AsyncIterator[OmniMessage | LLMOutcome]:
+        yield omni.partial_text("start")
+        yield omni.partial_text("delta", "partial answer")
+        if self.mode == "no-outcome":
+            return
+        while True:
+            await asyncio.sleep(0.05)
+            yield omni.partial_text("delta", ".")
+
+
+async def test_a_model_that_ignores_the_abort_is_stopped() -> None:
+    signal = asyncio.Event()
+    session = AgentSession(UnrulyModel("stubborn"), FakeEnvironment(), model_abort_grace_s=0.2)
+    out: list[OmniMessage] = []
+    async for message in session.run([omni.user_text("go")], signal=signal):
+        out.append(message)
+        if len(out) == 3:
+            signal.set()
+    check_stream(out)  # the engine closed the open text segment itself
+    texts = of_type(out, omni.TextPayload)
+    assert texts[0].text.startswith("partial answer") and texts[0].stop_reason == "aborted"
+    assert kinds(out)[-3:] == ["text", "request_end", "abort"]
+
+
+async def test_a_model_stream_without_outcome_is_malformed_and_retried() -> None:
+    model = UnrulyModel("no-outcome")
+    out = await collect(AgentSession(model, FakeEnvironment(), retry=FAST)
+                        .run([omni.user_text("go")]))
+    check_stream(out)
+    ends = of_type(out, omni.RequestEndPayload)
+    assert [e.status for e in ends] == ["malformed"] * 4 and model.requests == 4

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from engine import omni
+from engine.interface import ApprovalDecision
 from engine.llm import LLMStream
 from engine.loop import AgentSession
 from engine.models.openai_compat import OpenAICompatConfig, OpenAICompatModel
@@ -73,7 +74,8 @@ class FakeProvider:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
+                                       daemon=True)
         self.thread.start()
 
     @property
@@ -130,7 +132,8 @@ PARALLEL = [
 ANSWER = [chunk({"role": "assistant", "content": "Done."}), chunk({}, finish="stop"),
           chunk(None, usage={"prompt_tokens": 150, "completion_tokens": 2, "total_tokens": 152})]
 TOOLS = [ToolDefinition(name="read_file", description="Read a file.",
-                        parameters={"type": "object", "properties": {"file_path": {"type": "string"}}}),
+                        parameters={"type": "object",
+                                    "properties": {"file_path": {"type": "string"}}}),
          ToolDefinition(name="exec_command", description="Run a command.")]
 
 
@@ -198,7 +201,8 @@ async def test_parallel_tool_calls_reasoning_and_usage(provider: FakeProvider) -
     assert of_type(answer, omni.TokenUsagePayload)[0].session.total == 272
     assert provider.requests[1]["messages"][1:] == [
         {"role": "user", "content": "What is in a.txt, and what files are there?"},
-        {"role": "assistant", "content": "Reading both.", "reasoning_content": "Two files, read both.",
+        {"role": "assistant", "content": "Reading both.",
+         "reasoning_content": "Two files, read both.",
          "tool_calls": [
              {"id": "call_a", "type": "function",
               "function": {"name": "read_file", "arguments": '{"file_path": "a.txt"}'}},
@@ -276,7 +280,7 @@ async def test_agent_loop_with_the_openai_client(provider: FakeProvider) -> None
     provider.replies = [Reply(events=calls), Reply(events=ANSWER)]
     model = model_for(provider)
 
-    async def allow(_: OmniMessage) -> str:
+    async def allow(_: OmniMessage) -> ApprovalDecision:
         return "allow"
 
     out = await collect(AgentSession(model, FakeEnvironment()).run([omni.user_text("go")],

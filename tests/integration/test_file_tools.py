@@ -7,6 +7,7 @@ same user.
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -185,6 +186,19 @@ async def test_read_system_files_as_the_sandbox_user(docker_env):
            'Cannot read "/etc/shadow": permission denied (the sandbox user has no access to it).')
 
 
+async def test_read_has_no_more_rights_than_the_shell(docker_env):
+    container = f"envd-{docker_env.session.session_id}"
+    proc = await asyncio.create_subprocess_exec(
+        "docker", "exec", "-u", "0", container, "sh", "-c",
+        "echo secret > /tmp/rootonly && chmod 640 /tmp/rootonly")
+    assert await proc.wait() == 0
+    shell = await call_tool(docker_env, "exec_command", {"cmd": "cat /tmp/rootonly"})
+    assert shell.stop_reason == "failed" and "Permission denied" in shell.output
+    failed(await read(docker_env, file_path="/tmp/rootonly"),
+           'Cannot read "/tmp/rootonly": permission denied (the sandbox user has no access to '
+           "it).")
+
+
 # --- write_file --------------------------------------------------------------------------------
 
 
@@ -197,9 +211,9 @@ async def test_write_creates_file_and_parents(sandbox_env):
     completed(await write(sandbox_env, file_path="a/b/new.txt", content="one\ntwo\n"),
               f'Created "{root}/a/b/new.txt" (2 lines, 8 bytes).')
     assert await sh(sandbox_env, "cat a/b/new.txt") == "one\ntwo\n"
-    assert await sh(sandbox_env, "stat -c %a a/b/new.txt") == "644\n"
+    assert await sh(sandbox_env, "find a/b/new.txt -printf '%m\\n'") == "644\n"
     # Owned by the user the model's commands run as.
-    assert await sh(sandbox_env, "stat -c %u a/b/new.txt") == await sh(sandbox_env, "id -u")
+    assert await sh(sandbox_env, "find a/b/new.txt -printf '%U\\n'") == await sh(sandbox_env, "id -u")
     completed(await write(sandbox_env, file_path=f"{root}/empty.txt", content=""),
               f'Created "{root}/empty.txt" (0 lines, 0 bytes).')
     assert await sh(sandbox_env, "wc -c < empty.txt") == "0\n"
@@ -217,7 +231,7 @@ async def test_write_overwrite_shows_diff_and_keeps_mode(sandbox_env):
               f'Overwrote "{root}/w.txt" (10 lines, 24 bytes).\n'
               "@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8")
     assert await sh(sandbox_env, "cat w.txt") == new
-    assert await sh(sandbox_env, "stat -c %a w.txt") == "750\n"
+    assert await sh(sandbox_env, "find w.txt -printf '%m\\n'") == "750\n"
     completed(await write(sandbox_env, file_path="w.txt", content=new),
               f'Overwrote "{root}/w.txt" (10 lines, 24 bytes).\n(content unchanged)')
 
@@ -258,6 +272,11 @@ async def test_write_through_a_symlink_keeps_the_link(sandbox_env):
     completed(await write(sandbox_env, file_path="link.txt", content="new\n"),
               f'Overwrote "{root}/link.txt" (1 lines, 4 bytes).\n@@ -1,1 +1,1 @@\n-old\n+new')
     assert await sh(sandbox_env, "test -L link.txt && cat target.txt") == "new\n"
+    # A dangling link is written through too, as the shell's `>` would.
+    await sh(sandbox_env, "ln -s sub/made.txt dangling")
+    completed(await write(sandbox_env, file_path="dangling", content="x\n"),
+              f'Created "{root}/dangling" (1 lines, 2 bytes).')
+    assert await sh(sandbox_env, "test -L dangling && cat sub/made.txt") == "x\n"
 
 
 async def test_write_outside_what_the_sandbox_user_may_change(docker_env):
@@ -288,7 +307,7 @@ async def test_edit_replaces_once_with_diff_and_keeps_mode(sandbox_env):
               f'Replaced 1 occurrence(s) in "{root}/e.txt".\n'
               "@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8")
     assert await sh(sandbox_env, "cat e.txt") == "1\n2\n3\n4\nfive\n6\n7\n8\n9\n10\n"
-    assert await sh(sandbox_env, "stat -c %a e.txt") == "751\n"
+    assert await sh(sandbox_env, "find e.txt -printf '%m\\n'") == "751\n"
 
 
 async def test_edit_counts_matches(sandbox_env):

@@ -189,20 +189,24 @@ texts = st.text(alphabet="ab\nxy", max_size=60)
 @given(texts, st.text(alphabet="ab\n", min_size=1, max_size=4), st.text(alphabet="ab\nz",
                                                                         max_size=5))
 def test_edit_diff_reproduces_the_new_text(text, old, new):
-    positions = find_all(text, old)
-    if not positions or old == new:
+    if old not in text or old == new:
         return
     new_text = text.replace(old, new)
-    diff = edit_diff(text, new_text, positions, len(old), len(new), max_hunks=10**6)
-    assert diff.hidden_replacements == 0
+    diff = edit_diff(text, new_text, old, new, max_hunks=10**6)
+    assert diff is not None and diff.hidden_replacements == 0
     rebuilt = "".join(apply_hunks(split_lines(text), diff.hunks))
     assert rebuilt == new_text
+    # Fewer hunks allowed: the same first ones, and the rest counted as hidden.
+    cut = edit_diff(text, new_text, old, new, max_hunks=1)
+    assert cut is not None and cut.hunks == diff.hunks[:1]
+    assert (cut.hidden_replacements > 0) == (len(diff.hunks) > 1)
 
 
 def test_replacement_sites_merge_replacements_sharing_a_line():
     text = "a a\nb\na\n"
     new_text = text.replace("a", "xy")
     sites = list(replacement_sites(text, new_text, find_all(text, "a"), 1, 2))
+    assert list(find_all("aaaa", "aa")) == [0, 2]
     assert [(s.old_start, s.old_end, s.new_start, s.new_end, s.replacements) for s in sites] == [
         (0, 4, 0, 6, 2), (6, 8, 8, 11, 1)]
     # An old_string ending in a newline ends its site there, unless the new text does not.
@@ -214,12 +218,22 @@ def test_replacement_sites_merge_replacements_sharing_a_line():
 def test_edit_diff_counts_hidden_replacements():
     text = "".join("TODO\n" if i % 10 == 0 else f"line {i}\n" for i in range(1, 71))
     new_text = text.replace("TODO", "DONE")
-    diff = edit_diff(text, new_text, find_all(text, "TODO"), 4, 4)
-    assert len(diff.hunks) == 5 and diff.hidden_replacements == 2
+    diff = edit_diff(text, new_text, "TODO", "DONE")
+    assert diff is not None and len(diff.hunks) == 5 and diff.hidden_replacements == 2
     # Adjacent sites share a hunk: 8 replacements in 4 hunks, 2 shown in the last one.
     text = "".join("T\nT\n" + "x\n" * 7 for _ in range(4))
-    diff = edit_diff(text, text.replace("T", "U"), find_all(text, "T"), 1, 1, max_hunks=3)
-    assert len(diff.hunks) == 3 and diff.hidden_replacements == 2
+    diff = edit_diff(text, text.replace("T", "U"), "T", "U", max_hunks=3)
+    assert diff is not None and len(diff.hunks) == 3 and diff.hidden_replacements == 2
+
+
+def test_edit_diff_gives_up_on_too_many_replacements():
+    text = "x" * 100
+    assert edit_diff(text, "y" * 100, "x", "y", max_work=99) is None
+    assert edit_diff(text, "y" * 100, "x", "y", max_work=100) is not None
+    # Far-apart sites past the shown hunks are counted, not laid out.
+    text = "".join("T\n" + "x\n" * 7 for _ in range(1000))
+    diff = edit_diff(text, text.replace("T", "U"), "T", "U", max_work=10)
+    assert diff is not None and len(diff.hunks) == 5 and diff.hidden_replacements == 995
 
 
 def test_change_report_falls_back_to_counts():
