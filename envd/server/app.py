@@ -70,9 +70,12 @@ class Daemon:
     port: int
 
     async def stop(self, grace: float = 5.0) -> None:
+        """Graceful: no new sessions, running calls end as ``aborted`` and their streams
+        complete, then the server stops; the sandboxes stay for the next start."""
         await _set_health(self.health, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await self.manager.shutdown()
+        await self.manager.abort_calls(grace)
         await self.server.stop(grace)
+        await self.manager.shutdown()
 
 
 async def _set_health(servicer: object, status: int) -> None:

@@ -110,18 +110,23 @@ class SessionManager:
                 with contextlib.suppress(ChannelClosed, RunnerCallError):
                     await session.channel.call("forget", id=proc["id"])
 
-    async def shutdown(self) -> None:
-        """Stop taking work, abort running calls, drop connections; sandboxes stay for the
-        next start to re-adopt."""
+    async def abort_calls(self, within: float = 5.0) -> None:
+        """Stop taking sessions and abort every running call: each ends properly, with
+        ``aborted``. Returns when they have ended (or after ``within`` seconds)."""
         self._closing = True
-        for task in list(self._tasks):
-            task.cancel()
         for session in self.sessions.values():
             for abort in session.running.values():
                 abort.set()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + within
         while any(s.running for s in self.sessions.values()) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+
+    async def shutdown(self) -> None:
+        """Abort running calls and drop connections; sandboxes stay for the next start to
+        re-adopt (warm ones are removed)."""
+        await self.abort_calls()
+        for task in list(self._tasks):
+            task.cancel()
         for session in self.sessions.values():
             await session.channel.close()
         await self.pool.close()

@@ -16,7 +16,7 @@ import pytest
 
 from engine import omni
 from engine.client import EnvdClient
-from engine.interface import ApprovalDecision
+from engine.interface import ApprovalDecision, ApproveFn
 from engine.loop import DENIED_NOTE, AgentSession, RetryPolicy
 from engine.models.scripted import ScriptedModel
 from engine.omni import OmniMessage, SessionMetaPayload
@@ -39,6 +39,13 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 
 async def allow(_: OmniMessage) -> ApprovalDecision:
     return "allow"
+
+
+async def run_task(model: ScriptedModel, env: RemoteEnvironment,
+                   approve: ApproveFn | None = None) -> list[OmniMessage]:
+    # The session is closed at the end: its background watcher must not outlive the test.
+    async with AgentSession(model, env) as session:
+        return [m async for m in session.run([omni.user_text("go")], approve=approve)]
 
 
 def outputs(messages: list[OmniMessage]) -> list[omni.ToolCallOutputPayload]:
@@ -118,7 +125,7 @@ async def test_denied_calls_never_reach_envd(remote_env: RemoteEnvironment) -> N
                         call("exec_command", cmd="touch /workspace/also-denied")]},
         {"text": "Understood."},
     ])
-    out = [m async for m in AgentSession(model, remote_env).run([omni.user_text("go")])]
+    out = await run_task(model, remote_env)
     assert_one_output_per_call(out)
     assert [d.decision for d in of_type(out, omni.ApprovalDecisionPayload)] == ["deny", "deny"]
     assert [(m.payload.output, m.payload.stop_reason) for m in model.requests[1]] == [  # type: ignore[attr-defined]
@@ -138,8 +145,7 @@ async def test_a_throwing_approver_denies(remote_env: RemoteEnvironment) -> None
                         call("exec_command", cmd="rm /workspace/keep.txt")]},
         {"text": "ok"},
     ])
-    out = [m async for m in AgentSession(model, remote_env).run([omni.user_text("go")],
-                                                                approve=approver)]
+    out = await run_task(model, remote_env, approve=approver)
     assert_one_output_per_call(out)
     assert [d.decision for d in of_type(out, omni.ApprovalDecisionPayload)] == ["allow", "deny"]
     kept, removed = (m.payload for m in model.requests[1])
@@ -155,8 +161,7 @@ async def test_tool_timeout_is_fed_back_to_the_model(envd_daemon: DaemonProcess)
     try:
         model = ScriptedModel([{"tool_calls": [call("exec_command", cmd="sleep 5")]},
                                {"text": "That took too long."}])
-        out = [m async for m in AgentSession(model, env).run([omni.user_text("go")],
-                                                             approve=allow)]
+        out = await run_task(model, env, approve=allow)
     finally:
         await env.dispose()
     assert_one_output_per_call(out)
@@ -175,6 +180,13 @@ async def test_interrupt_mid_tool(remote_env: RemoteEnvironment) -> None:
         {"text": "Stopped as asked."},
     ])
     session = AgentSession(model, remote_env)
+    try:
+        await _interrupt_and_resume(session, model)
+    finally:
+        await session.aclose()
+
+
+async def _interrupt_and_resume(session: AgentSession, model: ScriptedModel) -> None:
     stop = asyncio.Event()
     out: list[OmniMessage] = []
     seen: set[str] = set()
