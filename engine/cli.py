@@ -88,12 +88,12 @@ async def run_command(args: argparse.Namespace) -> int:
         return 1
     trace: TraceWriter | None = None
     session: AgentSession | None = None
+    llm: LLMInterface | None = None
     try:
         info = await env.client.get_session(env.session_id)
         workspace = info.workspace or "/workspace"
         tools = await env.list_tools()
         system_prompt = (args.system or DEFAULT_SYSTEM_PROMPT).replace("{workspace}", workspace)
-        llm: LLMInterface
         if args.script is not None:
             llm, provider, model_id = ScriptedModel.from_file(args.script), "scripted", "script"
         else:
@@ -130,6 +130,8 @@ async def run_command(args: argparse.Namespace) -> int:
             await session.aclose()
         if trace is not None:
             trace.close()
+        if isinstance(llm, OpenAICompatModel):
+            await llm.aclose()
         await env.dispose()
 
 

@@ -171,8 +171,12 @@ class EnvdClient:
         call = self.stub.WatchSession(
             pb.WatchSessionRequest(session_id=session_id), metadata=self._metadata
         )
-        async for event in call:
-            yield event
+        try:
+            async for event in call:
+                yield event
+        finally:
+            # A consumer that stops early must not leave the call tied to its event loop.
+            call.cancel()
 
     # --- file transfer -------------------------------------------------------------------
 

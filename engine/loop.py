@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -85,8 +85,10 @@ class _GaveUp(Exception):
 class AgentSession:
     """One conversation: a model, an Environment and optionally a trace.
 
-    The session does not own ``environment`` (dispose it yourself) nor a ``trace`` it was given;
-    :meth:`aclose` stops the background-completion watcher (and closes a trace it opened)."""
+    The session does not own ``environment`` (dispose it yourself) nor a ``trace`` it was given.
+    :meth:`aclose` stops the background-completion watcher (and closes a trace it opened): call
+    it (or use ``async with``) *before* disposing the environment, since the watcher holds a
+    streaming call on it."""
 
     def __init__(
         self,
@@ -159,7 +161,7 @@ class AgentSession:
         approve: ApproveFn | None = None,
         signal: asyncio.Event | None = None,
         thinking_level: ThinkingLevel | None = None,
-    ) -> AsyncIterator[OmniMessage]:
+    ) -> AsyncGenerator[OmniMessage, None]:
         """Run one task to its end. ``approve`` is asked once per tool call (none: deny all);
         setting ``signal`` interrupts. Raises only RuntimeError for a second concurrent run."""
         if self._running:
@@ -180,9 +182,12 @@ class AgentSession:
                     pending.append(report)
                     yield self._record(report)
                 turn = _Turn()
-                async for message in self._request_with_retries(pending, signal,
-                                                                thinking_level, turn):
-                    yield message
+                # aclosing: a consumer that stops reading closes the inner steps at once
+                # (the model stream, the running tools), not whenever the GC gets to them.
+                async with contextlib.aclosing(self._request_with_retries(
+                        pending, signal, thinking_level, turn)) as request:
+                    async for message in request:
+                        yield message
                 if turn.outcome.status != "completed":
                     if turn.outcome.status == "aborted":
                         yield self._record(omni.abort())
@@ -191,8 +196,10 @@ class AgentSession:
                 if not turn.tool_calls:
                     break
                 calls, outputs = turn.tool_calls, {}
-                async for message in self._run_batch(calls, approve, signal, outputs):
-                    yield message
+                async with contextlib.aclosing(
+                        self._run_batch(calls, approve, signal, outputs)) as batch:
+                    async for message in batch:
+                        yield message
                 pending, calls = _in_call_order(calls, outputs), []
                 if _is_set(signal):
                     yield self._record(omni.abort())
@@ -211,15 +218,17 @@ class AgentSession:
         signal: asyncio.Event | None,
         thinking_level: ThinkingLevel | None,
         turn: _Turn,
-    ) -> AsyncIterator[OmniMessage]:
+    ) -> AsyncGenerator[OmniMessage, None]:
         attempt = 0
         while True:
             if _is_set(signal):
                 turn.outcome = LLMOutcome("aborted")
                 return
             attempt += 1
-            async for message in self._request(inputs, signal, thinking_level, turn):
-                yield message
+            async with contextlib.aclosing(
+                    self._request(inputs, signal, thinking_level, turn)) as request:
+                async for message in request:
+                    yield message
             status = turn.outcome.status
             if status in ("completed", "aborted", "auth"):
                 return
@@ -238,7 +247,7 @@ class AgentSession:
         signal: asyncio.Event | None,
         thinking_level: ThinkingLevel | None,
         turn: _Turn,
-    ) -> AsyncIterator[OmniMessage]:
+    ) -> AsyncGenerator[OmniMessage, None]:
         turn.tool_calls = []
         yield self._record(omni.request_begin())
         segments = _OpenSegments()
@@ -308,7 +317,7 @@ class AgentSession:
         approve: ApproveFn | None,
         signal: asyncio.Event | None,
         outputs: dict[str, OmniMessage],
-    ) -> AsyncIterator[OmniMessage]:
+    ) -> AsyncGenerator[OmniMessage, None]:
         queue: asyncio.Queue[OmniMessage | _CallDone] = asyncio.Queue()
         guards: dict[str, _CallGuard] = {}
         tasks: dict[str, asyncio.Task[None]] = {}
@@ -461,6 +470,11 @@ class AgentSession:
                     delay = 0.5
                 return  # the session closed
             except Exception as exc:
+                # A transport error (it carries a status code, like grpc's) is worth retrying;
+                # anything else, such as a call on an environment already disposed, ends it.
+                if not callable(getattr(exc, "code", None)):
+                    log.debug("background watch ended: %s", exc)
+                    return
                 log.debug("background watch interrupted (%s); retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)

@@ -149,20 +149,22 @@ class RemoteEnvironment(EnvironmentInterface):
     async def background_completions(self) -> AsyncIterator[CommandCompletion]:
         """Completions of this session's background commands, as they happen, until the
         session closes. Raises grpc.aio.AioRpcError when the daemon is unreachable."""
-        async for event in self.client.watch(self.session_id):
-            if event.HasField("command_finished"):
-                done = event.command_finished
-                yield CommandCompletion(
-                    process_id=done.process_id,
-                    command=done.command,
-                    status=done.status,
-                    exit_code=done.exit_code,
-                    detail=done.detail,
-                    output_tail=done.output_tail,
-                    tail_truncated=done.tail_truncated,
-                )
-            elif event.HasField("session_closed"):
-                return
+        events = self.client.watch(self.session_id)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if event.HasField("command_finished"):
+                    done = event.command_finished
+                    yield CommandCompletion(
+                        process_id=done.process_id,
+                        command=done.command,
+                        status=done.status,
+                        exit_code=done.exit_code,
+                        detail=done.detail,
+                        output_tail=done.output_tail,
+                        tail_truncated=done.tail_truncated,
+                    )
+                elif event.HasField("session_closed"):
+                    return
 
     async def dispose(self) -> None:
         if self._disposed:

@@ -44,6 +44,7 @@ class TraceWriter:
             self._write_line(omni.session_meta(meta))
         else:
             load(self.path)  # refuse to append to something that is not a trace
+            _drop_torn_tail(self.path)
             self._file = self.path.open("a", encoding="utf-8")
 
     def write(self, message: OmniMessage) -> None:
@@ -67,6 +68,14 @@ class TraceWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a crash left without its newline, so appending stays valid."""
+    with path.open("rb+") as f:
+        data = f.read()
+        if data and not data.endswith(b"\n"):
+            f.truncate(data.rfind(b"\n") + 1)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 
 import pytest
@@ -120,20 +119,21 @@ async def test_completion_waits_for_a_watcher(remote_env: RemoteEnvironment) -> 
     await events.aclose()
 
 
-async def test_reattached_client_reads_unread_output(envd_daemon: DaemonProcess,
-                                                     remote_env: RemoteEnvironment) -> None:
-    started = await call_tool(remote_env, "exec_command", {
+async def test_reattached_client_reads_unread_output(envd_daemon: DaemonProcess) -> None:
+    first = await RemoteEnvironment.create(envd_daemon.target, token=envd_daemon.token)
+    started = await call_tool(first, "exec_command", {
         "cmd": "for i in 1 2 3; do echo line$i; sleep 0.3; done; sleep 2; echo end",
         "yield_time_ms": 250})
     process_id = started.output.split("process_id ")[1].split(";")[0]
-    await remote_env.client.close()  # the first client goes away
-    again = await RemoteEnvironment.attach(envd_daemon.target, remote_env.session_id,
-                                           token=envd_daemon.token)
-    remote_env.client = again.client
-    polled = await call_tool(again, "input_command", {"process_id": process_id,
-                                                      "yield_time_ms": 10000})
-    text = started.output + polled.output
-    for expected in ("line1", "line2", "line3", "end"):
-        assert expected in text
-    assert polled.stop_reason == "completed"
-    assert json.dumps(polled.output)
+    await first.client.close()  # the first client goes away without closing the session
+    again = await RemoteEnvironment.attach(envd_daemon.target, first.session_id,
+                                           token=envd_daemon.token, owns_session=True)
+    try:
+        polled = await call_tool(again, "input_command", {"process_id": process_id,
+                                                          "yield_time_ms": 10000})
+        text = started.output + polled.output
+        for expected in ("line1", "line2", "line3", "end"):
+            assert expected in text
+        assert polled.stop_reason == "completed"
+    finally:
+        await again.dispose()

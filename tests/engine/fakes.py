@@ -13,10 +13,12 @@ from engine.omni import OmniMessage, ToolDefinition
 
 class FakeEnvironment(EnvironmentInterface):
     """Tools: ``echo`` {text, delay_s} streams its text; ``raise`` throws mid-call; ``mute``
-    ends without a complete output; ``stubborn`` ignores the abort signal."""
+    ends without a complete output; ``stubborn`` ignores the abort signal (it records being
+    cancelled)."""
 
     def __init__(self) -> None:
         self.executed: list[str] = []
+        self.cancelled: list[str] = []
 
     async def list_tools(self) -> list[ToolDefinition]:
         return [ToolDefinition(name=n, description=n) for n in ("echo", "raise", "mute")]
@@ -37,7 +39,11 @@ class FakeEnvironment(EnvironmentInterface):
         if payload.name == "mute":
             return
         if payload.name == "stubborn":
-            await asyncio.sleep(3600)
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancelled.append(call_id)
+                raise
         text = str(args.get("text", ""))
         delay = float(args.get("delay_s", 0))
         for i, ch in enumerate(text):

@@ -284,3 +284,25 @@ async def test_a_model_stream_without_outcome_is_malformed_and_retried() -> None
     check_stream(out)
     ends = of_type(out, omni.RequestEndPayload)
     assert [e.status for e in ends] == ["malformed"] * 4 and model.requests == 4
+
+
+async def test_a_consumer_that_stops_reading_stops_the_tools() -> None:
+    model = ScriptedModel([{"tool_calls": [call("echo", text="hi"), call("stubborn")]},
+                           {"text": "after"}])
+    env = FakeEnvironment()
+    session = AgentSession(model, env)
+    run = session.run([omni.user_text("go")], approve=allow)
+    done = started = False
+    async for message in run:
+        payload = message.payload
+        done = done or isinstance(payload, omni.ToolCallOutputPayload)
+        started = started or (isinstance(payload, omni.PartialToolCallOutputPayload)
+                              and payload.tool_call_id.endswith("_2"))
+        if done and started:
+            break  # the "hi" call is done; the stubborn one still runs
+    await run.aclose()
+    assert len(env.cancelled) == 1  # closed at once, not left to the garbage collector
+    carried = session.carry_over
+    assert output_texts(carried) == ["hi", "[interrupted: tool aborted by user]"]
+    await collect(session.run([omni.user_text("next")]))
+    assert model.requests[1][:2] == carried
