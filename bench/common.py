@@ -39,15 +39,19 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def summary(samples: list[float]) -> str:
-    return (f"p50 {percentile(samples, 50) * 1000:.2f} ms, p99 {percentile(samples, 99) * 1000:.2f} ms,"
-            f" mean {statistics.fmean(samples) * 1000:.2f} ms, n={len(samples)}")
+    return (
+        f"p50 {percentile(samples, 50) * 1000:.2f} ms, p99 {percentile(samples, 99) * 1000:.2f} ms,"
+        f" mean {statistics.fmean(samples) * 1000:.2f} ms, n={len(samples)}"
+    )
 
 
 def report(figures: list[Figure]) -> None:
     print(f"{'benchmark':44} {'envd':>12} {'baseline':>12} {'ratio':>8}")
     for f in figures:
-        print(f"{f.name:44} {f.value:>10.2f}{f.unit:>2} {f.baseline:>10.2f}{f.unit:>2} "
-              f"{f.ratio:>8.3f}")
+        print(
+            f"{f.name:44} {f.value:>10.2f}{f.unit:>2} {f.baseline:>10.2f}{f.unit:>2} "
+            f"{f.ratio:>8.3f}"
+        )
         if f.detail:
             for line in f.detail.splitlines():
                 print(f"    {line}")

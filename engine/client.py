@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,7 +167,7 @@ class EnvdClient:
         )
         return bool(response.cancelled)
 
-    async def watch(self, session_id: str) -> AsyncIterator[pb.SessionEvent]:
+    async def watch(self, session_id: str) -> AsyncGenerator[pb.SessionEvent, None]:
         call = self.stub.WatchSession(
             pb.WatchSessionRequest(session_id=session_id), metadata=self._metadata
         )

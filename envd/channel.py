@@ -160,7 +160,9 @@ class RunnerChannel:
         finally:
             self._pending.pop(rid, None)
         if not header.get("ok"):
-            raise RunnerCallError(str(header.get("error", "runner error")), str(header.get("errno")))
+            raise RunnerCallError(
+                str(header.get("error", "runner error")), str(header.get("errno"))
+            )
         return header, reply_body
 
     @contextlib.asynccontextmanager

@@ -18,7 +18,9 @@ class DaemonConfig(BaseModel):
         default=Path("/var/lib/envd"), description="Session registry, scratchpads, runner sockets."
     )
     backend: Literal["docker", "local"] = Field(default="docker", description="Sandbox backend.")
-    default_image: str = Field(default=DEFAULT_IMAGE, description="Image when a session names none.")
+    default_image: str = Field(
+        default=DEFAULT_IMAGE, description="Image when a session names none."
+    )
     memory_bytes: int = Field(default=1 << 30, description="Default memory limit per sandbox.")
     cpus: float = Field(default=1.0, description="Default CPU quota per sandbox.")
     pids: int = Field(default=512, description="Default process limit per sandbox.")

@@ -8,6 +8,7 @@ output cannot fill the disk.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -52,10 +53,8 @@ class Scratchpad:
         total = 0
         for root, _dirs, files in os.walk(self.host_dir):
             for name in files:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(root, name)).st_size
-                except OSError:
-                    pass
         self.used_bytes = total
         return total
 
@@ -168,10 +167,8 @@ class OutputArchive:
             os.close(self._fd)
             self._fd = -1
             assert self.scratchpad is not None
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.scratchpad.host_dir / ARCHIVE_DIR / self.name)
-            except OSError:
-                pass
             self.scratchpad.release(self._written)
             self._written = 0
 

@@ -39,8 +39,9 @@ def docker_available() -> bool:
     if shutil.which("docker") is None:
         return False
     try:
-        subprocess.run(["docker", "image", "inspect", IMAGE], check=True,
-                       capture_output=True, timeout=30)
+        subprocess.run(
+            ["docker", "image", "inspect", IMAGE], check=True, capture_output=True, timeout=30
+        )
     except (subprocess.SubprocessError, OSError):
         return False
     return True
@@ -79,9 +80,15 @@ async def manager_factory(data_dir: Path) -> AsyncIterator[object]:
     managers: list[SessionManager] = []
 
     async def make(kind: str = "docker", **config: object) -> SessionManager:
-        cfg = DaemonConfig(data_dir=data_dir, backend=kind, default_image=IMAGE,  # type: ignore[arg-type]
-                           **config)  # type: ignore[arg-type]
-        manager = SessionManager(cfg, make_backend(kind, data_dir), SessionStore(data_dir / "state.db"))
+        cfg = DaemonConfig(
+            data_dir=data_dir,
+            backend=kind,
+            default_image=IMAGE,  # type: ignore[arg-type]
+            **config,
+        )  # type: ignore[arg-type]
+        manager = SessionManager(
+            cfg, make_backend(kind, data_dir), SessionStore(data_dir / "state.db")
+        )
         await manager.start()
         managers.append(manager)
         return manager
@@ -94,7 +101,9 @@ async def manager_factory(data_dir: Path) -> AsyncIterator[object]:
 
 
 @pytest.fixture(params=["local", "docker", "gvisor"])
-async def sandbox_env(request: pytest.FixtureRequest, manager_factory) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
+async def sandbox_env(
+    request: pytest.FixtureRequest, manager_factory
+) -> AsyncIterator[SandboxEnvironment]:  # type: ignore[no-untyped-def]
     """An in-process Environment on each backend, and under gVisor."""
     if request.param != "local":
         request.getfixturevalue("docker_ready")
@@ -159,8 +168,10 @@ def _leftovers() -> set[str]:
     found: set[str] = set()
     for owner in OWNERS:
         label = f"label=envd.owner={owner}"
-        for command in (["docker", "ps", "-aq", "--filter", label],
-                        ["docker", "volume", "ls", "-q", "--filter", label]):
+        for command in (
+            ["docker", "ps", "-aq", "--filter", label],
+            ["docker", "volume", "ls", "-q", "--filter", label],
+        ):
             out = subprocess.run(command, capture_output=True, text=True, timeout=30).stdout
             found.update(out.split())
     return found

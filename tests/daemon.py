@@ -42,8 +42,12 @@ class DaemonProcess:
     def token(self) -> str:
         return next(iter(self.tokens))
 
-    def start(self, timeout: float = 30.0, health_credentials: grpc.ChannelCredentials | None = None,
-              server_name: str | None = None) -> DaemonProcess:
+    def start(
+        self,
+        timeout: float = 30.0,
+        health_credentials: grpc.ChannelCredentials | None = None,
+        server_name: str | None = None,
+    ) -> DaemonProcess:
         from tests.conftest import OWNERS, daemon_owner
 
         OWNERS.add(daemon_owner(self.data_dir))
@@ -52,25 +56,47 @@ class DaemonProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "envd.cli", "serve", "--listen", self.target,
-             "--data-dir", str(self.data_dir), "--backend", self.backend,
-             "--image", self.image, *self.extra_args],
-            cwd=ROOT, env=env, stdout=log, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "envd.cli",
+                "serve",
+                "--listen",
+                self.target,
+                "--data-dir",
+                str(self.data_dir),
+                "--backend",
+                self.backend,
+                "--image",
+                self.image,
+                *self.extra_args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=log,
         )
         log.close()
         self.wait_healthy(timeout, health_credentials, server_name)
         return self
 
-    def wait_healthy(self, timeout: float, credentials: grpc.ChannelCredentials | None = None,
-                     server_name: str | None = None) -> None:
+    def wait_healthy(
+        self,
+        timeout: float,
+        credentials: grpc.ChannelCredentials | None = None,
+        server_name: str | None = None,
+    ) -> None:
         deadline = time.monotonic() + timeout
         options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"envd exited with {self.proc.returncode}:\n{self.log()}")
-            channel = (grpc.secure_channel(self.target, credentials, options=options)
-                       if credentials else grpc.insecure_channel(self.target))
+            channel = (
+                grpc.secure_channel(self.target, credentials, options=options)
+                if credentials
+                else grpc.insecure_channel(self.target)
+            )
             try:
                 stub = health_pb2_grpc.HealthStub(channel)
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)

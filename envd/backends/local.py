@@ -54,7 +54,7 @@ class LocalBackend:
         workspace.mkdir(exist_ok=True)
         (ctl / SOCKET_NAME).unlink(missing_ok=True)
         try:
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; reaped in a thread
                 [sys.executable, "-I", str(RUNNER_DIR / "runner.py"),
                  "--socket", str(ctl / SOCKET_NAME)],
                 cwd=workspace,

@@ -424,7 +424,8 @@ class Runner:
             code = errno_mod.errorcode.get(exc.errno or 0, "EIO")
             reply = {"rid": rid, "ok": False, "error": os_message(exc), "errno": code}
         except Exception as exc:  # never let one request take the runner down
-            reply = {"rid": rid, "ok": False, "error": f"{type(exc).__name__}: {exc}", "errno": "EIO"}
+            error = f"{type(exc).__name__}: {exc}"
+            reply = {"rid": rid, "ok": False, "error": error, "errno": "EIO"}
         await conn.send(reply, out)
 
     async def op_ping(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
@@ -936,10 +937,8 @@ def main() -> None:
     parser.add_argument("--uid", type=int, default=None, help="run commands as this user")
     parser.add_argument("--gid", type=int, default=None)
     args = parser.parse_args()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(amain(args))
-    except KeyboardInterrupt:
-        pass
     sys.exit(0)
 
 

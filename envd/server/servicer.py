@@ -115,31 +115,43 @@ class EnvironmentServicer(pb_grpc.EnvironmentServicer):
         return convert.session_to_wire(self._session(request.session_id, context))
 
     @unary
-    async def ListSessions(self, request: pb.ListSessionsRequest, context: Context) -> pb.ListSessionsResponse:  # noqa: N802
+    async def ListSessions(
+        self, request: pb.ListSessionsRequest, context: Context
+    ) -> pb.ListSessionsResponse:  # noqa: N802
         sessions = self.manager.list(self._tenant(context), dict(request.labels))
         return pb.ListSessionsResponse(sessions=[convert.session_to_wire(s) for s in sessions])
 
     @unary
-    async def CloseSession(self, request: pb.CloseSessionRequest, context: Context) -> pb.CloseSessionResponse:  # noqa: N802
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: Context
+    ) -> pb.CloseSessionResponse:  # noqa: N802
         closed = await self.manager.close(request.session_id, self._tenant(context))
         return pb.CloseSessionResponse(closed=closed)
 
     @unary
-    async def ListTools(self, request: pb.ListToolsRequest, context: Context) -> pb.ListToolsResponse:  # noqa: N802
+    async def ListTools(
+        self, request: pb.ListToolsRequest, context: Context
+    ) -> pb.ListToolsResponse:  # noqa: N802
         session = self._session(request.session_id, context)
         return pb.ListToolsResponse(tools=[convert.tool_to_wire(b) for b in session.tools.values()])
 
     @unary
-    async def ToolPermission(self, request: pb.ToolPermissionRequest, context: Context) -> pb.ToolPermissionResponse:  # noqa: N802
+    async def ToolPermission(
+        self, request: pb.ToolPermissionRequest, context: Context
+    ) -> pb.ToolPermissionResponse:  # noqa: N802
         bound = self._session(request.session_id, context).tools.get(request.name)
         return pb.ToolPermissionResponse(permission=bound.tool.permission if bound else "")
 
     @unary
-    async def CancelTool(self, request: pb.CancelToolRequest, context: Context) -> pb.CancelToolResponse:  # noqa: N802
+    async def CancelTool(
+        self, request: pb.CancelToolRequest, context: Context
+    ) -> pb.CancelToolResponse:  # noqa: N802
         session = self._session(request.session_id, context)
         return pb.CancelToolResponse(cancelled=session.cancel(request.tool_call_id))
 
-    async def ExecuteTool(self, request: pb.ExecuteToolRequest, context: Context) -> AsyncIterator[pb.OmniMessage]:  # noqa: N802
+    async def ExecuteTool(
+        self, request: pb.ExecuteToolRequest, context: Context
+    ) -> AsyncIterator[pb.OmniMessage]:  # noqa: N802
         try:
             session = self._session(request.session_id, context)
             call = convert.tool_call_from_wire(request.tool_call)
@@ -151,7 +163,9 @@ class EnvironmentServicer(pb_grpc.EnvironmentServicer):
         async for message in session.execute(call):
             yield convert.message_to_wire(message)
 
-    async def WatchSession(self, request: pb.WatchSessionRequest, context: Context) -> AsyncIterator[pb.SessionEvent]:  # noqa: N802
+    async def WatchSession(
+        self, request: pb.WatchSessionRequest, context: Context
+    ) -> AsyncIterator[pb.SessionEvent]:  # noqa: N802
         try:
             session = self._session(request.session_id, context)
         except Exception as exc:
@@ -176,10 +190,12 @@ class EnvironmentServicer(pb_grpc.EnvironmentServicer):
                     raise InvalidArgument("every UploadFiles message must be for one session")
                 yield message.data
 
-        result = await transfer.upload(session, first.destination, chunks(),
-                                       self.manager.config.max_upload_bytes)
-        return pb.UploadFilesResponse(destination=result.destination, entries=result.entries,
-                                      bytes=result.bytes)
+        result = await transfer.upload(
+            session, first.destination, chunks(), self.manager.config.max_upload_bytes
+        )
+        return pb.UploadFilesResponse(
+            destination=result.destination, entries=result.entries, bytes=result.bytes
+        )
 
     async def DownloadFiles(  # noqa: N802
         self, request: pb.DownloadFilesRequest, context: Context

@@ -39,14 +39,20 @@ _REAP_INTERVAL_S = 1.0
 
 
 class SessionManager:
-    def __init__(self, config: DaemonConfig, backend: Backend, store: SessionStore,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        config: DaemonConfig,
+        backend: Backend,
+        store: SessionStore,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.config = config
         self.backend = backend
         self.store = store
         self.metrics = metrics
-        self.pool = WarmPool(backend, self._spec(SessionOptions(), "warm"),
-                             config.warm_pool_size, metrics)
+        self.pool = WarmPool(
+            backend, self._spec(SessionOptions(), "warm"), config.warm_pool_size, metrics
+        )
         self.sessions: dict[str, Session] = {}
         self._starting = 0
         self._closing = False
@@ -71,7 +77,12 @@ class SessionManager:
                 continue
             handle.scratchpad.measure()
             session = self._register(
-                stored.session_id, stored.tenant, stored.options, spec, handle, channel,
+                stored.session_id,
+                stored.tenant,
+                stored.options,
+                spec,
+                handle,
+                channel,
                 stored.created_at,
             )
             await self._adopt_commands(session)
@@ -101,8 +112,9 @@ class SessionManager:
         for proc in listing.get("procs", []):
             if proc.get("orphan") == "keep":
                 meta = proc.get("meta") or {}
-                session.commands.adopt(str(proc["id"]), str(proc.get("cmd", "")),
-                                       bool(meta.get("background")))
+                session.commands.adopt(
+                    str(proc["id"]), str(proc.get("cmd", "")), bool(meta.get("background"))
+                )
                 if not proc.get("running"):
                     # It finished while the daemon was away: report it now.
                     session.commands.note_exit(proc)
@@ -118,7 +130,8 @@ class SessionManager:
             for abort in session.running.values():
                 abort.set()
         deadline = time.monotonic() + within
-        while any(s.running for s in self.sessions.values()) and time.monotonic() < deadline:
+        # A bounded poll at shutdown: simpler than an event per call.
+        while any(s.running for s in self.sessions.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
 
     async def shutdown(self) -> None:
@@ -189,8 +202,9 @@ class SessionManager:
             scratchpad_bytes=options.scratchpad_bytes or self.config.scratchpad_bytes,
         )
 
-    async def _start_cold(self, spec: SandboxSpec, tenant: str, options: SessionOptions,
-                          created_at: str) -> tuple[SandboxHandle, RunnerChannel]:
+    async def _start_cold(
+        self, spec: SandboxSpec, tenant: str, options: SessionOptions, created_at: str
+    ) -> tuple[SandboxHandle, RunnerChannel]:
         # Recorded before the sandbox starts: a crash in between leaves a record to recover
         # or an orphan to reap, never an invisible container.
         self._starting += 1
@@ -213,12 +227,25 @@ class SessionManager:
             self._starting -= 1
         return handle, channel
 
-    def _register(self, session_id: str, tenant: str, options: SessionOptions,
-                  spec: SandboxSpec, handle: SandboxHandle, channel: RunnerChannel,
-                  created_at: str) -> Session:
+    def _register(
+        self,
+        session_id: str,
+        tenant: str,
+        options: SessionOptions,
+        spec: SandboxSpec,
+        handle: SandboxHandle,
+        channel: RunnerChannel,
+        created_at: str,
+    ) -> Session:
         session = Session(
-            session_id=session_id, tenant=tenant, options=options, spec=spec,
-            handle=handle, channel=channel, created_at=created_at, metrics=self.metrics,
+            session_id=session_id,
+            tenant=tenant,
+            options=options,
+            spec=spec,
+            handle=handle,
+            channel=channel,
+            created_at=created_at,
+            metrics=self.metrics,
         )
         session.on_finished = self._on_finished
         self.sessions[session_id] = session
@@ -226,8 +253,12 @@ class SessionManager:
         return session
 
     def _on_finished(self, session: Session, finished: CommandFinished) -> None:
-        log.info("background command %s finished: %s", finished.process_id, finished.status,
-                 extra={"session_id": session.session_id})
+        log.info(
+            "background command %s finished: %s",
+            finished.process_id,
+            finished.status,
+            extra={"session_id": session.session_id},
+        )
 
     async def _watch_channel(self, session: Session) -> None:
         await session.channel.wait_closed()
@@ -238,8 +269,12 @@ class SessionManager:
         session.state = "broken"
         session.detail = detail
         session.channel.close_reason = f"the sandbox is unavailable: {detail}"
-        log.warning("session %s broken: %s", session.session_id, detail,
-                    extra={"session_id": session.session_id})
+        log.warning(
+            "session %s broken: %s",
+            session.session_id,
+            detail,
+            extra={"session_id": session.session_id},
+        )
         session.publish(SessionClosed("broken"))
 
     def get(self, session_id: str, tenant: str) -> Session:

@@ -49,8 +49,9 @@ async def test_kill_9_keeps_sessions_and_command_sessions(daemon_dir: Path) -> N
     try:
         env = await RemoteEnvironment.create(daemon.target, token=daemon.token)
         await call_tool(env, "write_file", {"file_path": "notes.txt", "content": "keep me\n"})
-        started = await call_tool(env, "exec_command",
-                                  {"cmd": "sleep 8; echo ok", "run_in_background": True})
+        started = await call_tool(
+            env, "exec_command", {"cmd": "sleep 8; echo ok", "run_in_background": True}
+        )
         process_id = started.output.split("process_id ")[1].split(";")[0]
         daemon.stop(sig=9)
         daemon = DaemonProcess(daemon_dir, image=IMAGE, port=daemon.port).start()
@@ -70,7 +71,9 @@ async def test_background_completion_survives_a_restart(daemon_dir: Path) -> Non
     daemon = DaemonProcess(daemon_dir, image=IMAGE).start()
     try:
         env = await RemoteEnvironment.create(daemon.target, token=daemon.token)
-        await call_tool(env, "exec_command", {"cmd": "sleep 1; echo late", "run_in_background": True})
+        await call_tool(
+            env, "exec_command", {"cmd": "sleep 1; echo late", "run_in_background": True}
+        )
         daemon.stop(sig=9)
         await asyncio.sleep(2)  # it finishes while no daemon runs
         daemon = DaemonProcess(daemon_dir, image=IMAGE, port=daemon.port).start()
@@ -93,12 +96,18 @@ async def test_unclaimed_containers_are_removed_at_start(daemon_dir: Path) -> No
     daemon.stop(sig=9)
     with sqlite3.connect(daemon_dir / "state.db") as db:
         db.execute("DELETE FROM sessions")
-    assert subprocess.run(["docker", "inspect", session.container_id],
-                          capture_output=True).returncode == 0
+    assert (
+        subprocess.run(["docker", "inspect", session.container_id], capture_output=True).returncode
+        == 0
+    )
     daemon = DaemonProcess(daemon_dir, image=IMAGE, port=daemon.port).start()
     try:
-        assert subprocess.run(["docker", "inspect", session.container_id],
-                              capture_output=True).returncode != 0
+        assert (
+            subprocess.run(
+                ["docker", "inspect", session.container_id], capture_output=True
+            ).returncode
+            != 0
+        )
         assert not (daemon_dir / "sessions" / session.session_id).exists()
     finally:
         daemon.stop()
@@ -108,13 +117,16 @@ async def test_sigterm_aborts_running_calls_and_keeps_sessions(daemon_dir: Path)
     daemon = DaemonProcess(daemon_dir, image=IMAGE).start()
     try:
         env = await RemoteEnvironment.create(daemon.target, token=daemon.token)
-        running = asyncio.ensure_future(call_tool(env, "exec_command",
-                                                  {"cmd": "echo go; sleep 30"}))
+        running = asyncio.ensure_future(
+            call_tool(env, "exec_command", {"cmd": "echo go; sleep 30"})
+        )
         await asyncio.sleep(1)
         assert daemon.stop() == 0
         result = await running
         assert (result.output, result.stop_reason) == (
-            "go\n\n[interrupted: tool aborted by user]", "aborted")
+            "go\n\n[interrupted: tool aborted by user]",
+            "aborted",
+        )
         daemon = DaemonProcess(daemon_dir, image=IMAGE, port=daemon.port).start()
         for _ in range(50):
             after = await call_tool(env, "exec_command", {"cmd": "echo back"})
@@ -153,7 +165,11 @@ async def test_idle_ttl_closes_and_tells(daemon_dir: Path) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await client.get_session(session.session_id)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND
-            assert subprocess.run(["docker", "inspect", session.container_id],
-                                  capture_output=True).returncode != 0
+            assert (
+                subprocess.run(
+                    ["docker", "inspect", session.container_id], capture_output=True
+                ).returncode
+                != 0
+            )
     finally:
         daemon.stop()

@@ -22,24 +22,32 @@ async def make(manager_factory, **options) -> SandboxEnvironment:  # type: ignor
 
 async def test_out_of_memory(docker_ready: None, manager_factory) -> None:  # type: ignore[no-untyped-def]
     env = await make(manager_factory, memory_bytes=128 << 20)
-    result = await call_tool(env, "exec_command", {
-        "cmd": "echo start; python3 -c 'b = bytearray(600 * 1024 * 1024)'; echo never"})
+    result = await call_tool(
+        env,
+        "exec_command",
+        {"cmd": "echo start; python3 -c 'b = bytearray(600 * 1024 * 1024)'; echo never"},
+    )
     # bash is the leader; python is killed and bash goes on: its own exit shows the kill.
     assert "Killed" in result.output or "out of memory" in result.output
-    direct = await call_tool(env, "exec_command", {
-        "cmd": "exec python3 -c 'b = bytearray(600 * 1024 * 1024)'"})
+    direct = await call_tool(
+        env, "exec_command", {"cmd": "exec python3 -c 'b = bytearray(600 * 1024 * 1024)'"}
+    )
     assert direct.stop_reason == "failed"
-    assert direct.output == ("[terminated by signal SIGKILL: out of memory, the sandbox's "
-                             "memory limit was reached]")
+    assert direct.output == (
+        "[terminated by signal SIGKILL: out of memory, the sandbox's memory limit was reached]"
+    )
     after = await call_tool(env, "exec_command", {"cmd": "echo alive"})
     assert after.output == "alive\n"
 
 
 async def test_fork_bomb_is_contained(docker_ready: None, manager_factory) -> None:  # type: ignore[no-untyped-def]
-    env = await make(manager_factory, pids=64,
-                     tools={"exec_command": ToolOverride(timeout_ms=4000)})
+    env = await make(
+        manager_factory, pids=64, tools={"exec_command": ToolOverride(timeout_ms=4000)}
+    )
     started = time.monotonic()
-    result = await call_tool(env, "exec_command", {"cmd": "bomb() { bomb | bomb & }; bomb; sleep 2"})
+    result = await call_tool(
+        env, "exec_command", {"cmd": "bomb() { bomb | bomb & }; bomb; sleep 2"}
+    )
     assert time.monotonic() - started < 15
     assert result.stop_reason in ("completed", "failed")
     for _ in range(50):
@@ -50,7 +58,9 @@ async def test_fork_bomb_is_contained(docker_ready: None, manager_factory) -> No
     assert after.stop_reason == "completed" and int(after.output) < 10, after.output
 
 
-async def test_huge_output_is_bounded_by_archive_and_quota(docker_ready: None, manager_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_huge_output_is_bounded_by_archive_and_quota(
+    docker_ready: None, manager_factory
+) -> None:  # type: ignore[no-untyped-def]
     env = await make(manager_factory, scratchpad_bytes=64 << 20)
     scratch = env.session.handle.scratchpad.host_dir
     result = await call_tool(env, "exec_command", {"cmd": "head -c 256M /dev/zero | tr '\\0' a"})
@@ -81,16 +91,20 @@ async def test_killed_container_is_reported(docker_ready: None, manager_factory)
     assert "exited" in session.detail
     result = await call_tool(env, "exec_command", {"cmd": "echo hi"})
     assert result.stop_reason == "failed"
-    assert result.output.startswith("[tool error] the sandbox is unavailable: the sandbox "
-                                    "container exited (code 137)")
+    assert result.output.startswith(
+        "[tool error] the sandbox is unavailable: the sandbox container exited (code 137)"
+    )
     assert await env._manager.close(session.session_id, "")  # type: ignore[union-attr]
 
 
 async def test_killed_runner_is_reported(docker_ready: None, manager_factory) -> None:  # type: ignore[no-untyped-def]
     env = await make(manager_factory)
     session = env.session
-    subprocess.run(["docker", "exec", session.handle.sandbox_id, "pkill", "-9", "-f", "runner.py"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["docker", "exec", session.handle.sandbox_id, "pkill", "-9", "-f", "runner.py"],
+        check=True,
+        capture_output=True,
+    )
     for _ in range(100):
         if session.state == "broken":
             break

@@ -213,7 +213,8 @@ async def test_write_creates_file_and_parents(sandbox_env):
     assert await sh(sandbox_env, "cat a/b/new.txt") == "one\ntwo\n"
     assert await sh(sandbox_env, "find a/b/new.txt -printf '%m\\n'") == "644\n"
     # Owned by the user the model's commands run as.
-    assert await sh(sandbox_env, "find a/b/new.txt -printf '%U\\n'") == await sh(sandbox_env, "id -u")
+    owner = await sh(sandbox_env, "find a/b/new.txt -printf '%U\\n'")
+    assert owner == await sh(sandbox_env, "id -u")
     completed(await write(sandbox_env, file_path=f"{root}/empty.txt", content=""),
               f'Created "{root}/empty.txt" (0 lines, 0 bytes).')
     assert await sh(sandbox_env, "wc -c < empty.txt") == "0\n"

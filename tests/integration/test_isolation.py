@@ -14,27 +14,40 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_not_root_no_capabilities_no_network(docker_env: SandboxEnvironment) -> None:
-    result = await call_tool(docker_env, "exec_command", {
-        "cmd": "id -u; grep -E '^Cap(Eff|Prm|Amb)' /proc/self/status; "
-               "grep NoNewPrivs /proc/self/status; ls /sys/class/net"
-    })
+    result = await call_tool(
+        docker_env,
+        "exec_command",
+        {
+            "cmd": "id -u; grep -E '^Cap(Eff|Prm|Amb)' /proc/self/status; "
+            "grep NoNewPrivs /proc/self/status; ls /sys/class/net"
+        },
+    )
     lines = result.output.splitlines()
     assert lines[0] == "1000"
-    assert lines[1:4] == ["CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
-                          "CapAmb:\t0000000000000000"]
+    assert lines[1:4] == [
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+    ]
     assert lines[4] == "NoNewPrivs:\t1"
     assert lines[5:] == ["lo"]
-    net = await call_tool(docker_env, "exec_command", {
-        "cmd": "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), 2)'"
-    })
+    net = await call_tool(
+        docker_env,
+        "exec_command",
+        {"cmd": "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), 2)'"},
+    )
     assert net.stop_reason == "failed" and "Network is unreachable" in net.output
 
 
 async def test_runner_is_out_of_reach(docker_env: SandboxEnvironment) -> None:
-    result = await call_tool(docker_env, "exec_command", {
-        "cmd": "ls /run/envd 2>&1; kill -0 $(pgrep -f envd-runner/runner.py | head -1) 2>&1;"
-               " cat /proc/$(pgrep -f runner.py | head -1)/environ 2>&1 | head -c 100; true"
-    })
+    result = await call_tool(
+        docker_env,
+        "exec_command",
+        {
+            "cmd": "ls /run/envd 2>&1; kill -0 $(pgrep -f envd-runner/runner.py | head -1) 2>&1;"
+            " cat /proc/$(pgrep -f runner.py | head -1)/environ 2>&1 | head -c 100; true"
+        },
+    )
     assert "Permission denied" in result.output
     assert "Operation not permitted" in result.output
 
@@ -42,11 +55,18 @@ async def test_runner_is_out_of_reach(docker_env: SandboxEnvironment) -> None:
 async def test_limits_are_set(docker_env: SandboxEnvironment) -> None:
     container = docker_env.session.handle.sandbox_id
     inspect = subprocess.run(
-        ["docker", "inspect", "-f",
-         "{{.HostConfig.Memory}} {{.HostConfig.MemorySwap}} {{.HostConfig.PidsLimit}} "
-         "{{.HostConfig.NanoCpus}} {{.HostConfig.NetworkMode}} {{.HostConfig.CapDrop}} "
-         "{{.HostConfig.SecurityOpt}}", container],
-        capture_output=True, text=True, check=True,
+        [
+            "docker",
+            "inspect",
+            "-f",
+            "{{.HostConfig.Memory}} {{.HostConfig.MemorySwap}} {{.HostConfig.PidsLimit}} "
+            "{{.HostConfig.NanoCpus}} {{.HostConfig.NetworkMode}} {{.HostConfig.CapDrop}} "
+            "{{.HostConfig.SecurityOpt}}",
+            container,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split(" ", 6)
     assert inspect[0] == inspect[1] == str(1 << 30)
     assert inspect[2] == "512" and inspect[3] == str(10**9) and inspect[4] == "none"
@@ -57,16 +77,21 @@ async def test_sessions_do_not_see_each_other(docker_ready: None, manager_factor
     manager = await manager_factory("docker")
     first = SandboxEnvironment(await manager.create(SessionOptions(), ""), manager)
     second = SandboxEnvironment(await manager.create(SessionOptions(), ""), manager)
-    await call_tool(first, "exec_command", {"cmd": "echo secret > /workspace/mine; "
-                                                   "(sleep 77.7 &); true"})
+    await call_tool(
+        first, "exec_command", {"cmd": "echo secret > /workspace/mine; (sleep 77.7 &); true"}
+    )
     await call_tool(first, "exec_command", {"cmd": "sleep 60.606", "run_in_background": True})
-    seen = await call_tool(second, "exec_command", {
-        "cmd": "ls -A /workspace; pgrep -f 'sleep 60[.]606' || echo no-process"
-    })
+    seen = await call_tool(
+        second,
+        "exec_command",
+        {"cmd": "ls -A /workspace; pgrep -f 'sleep 60[.]606' || echo no-process"},
+    )
     assert seen.output == "no-process\n"
 
 
-async def test_close_is_idempotent_and_removes_everything(docker_ready: None, manager_factory) -> None:  # type: ignore[no-untyped-def]
+async def test_close_is_idempotent_and_removes_everything(
+    docker_ready: None, manager_factory
+) -> None:  # type: ignore[no-untyped-def]
     manager = await manager_factory("docker")
     session = await manager.create(SessionOptions(), "")
     env = SandboxEnvironment(session, manager)
@@ -77,8 +102,11 @@ async def test_close_is_idempotent_and_removes_everything(docker_ready: None, ma
     await env.dispose()
     gone = subprocess.run(["docker", "inspect", container], capture_output=True)
     assert gone.returncode != 0
-    volumes = subprocess.run(["docker", "volume", "ls", "-q", "--filter",
-                              f"name=envd-ws-{session.session_id}"],
-                             capture_output=True, text=True, check=True).stdout
+    volumes = subprocess.run(
+        ["docker", "volume", "ls", "-q", "--filter", f"name=envd-ws-{session.session_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert volumes.strip() == ""
     assert not session.handle.host_dir.exists()

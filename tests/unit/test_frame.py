@@ -22,12 +22,24 @@ def make_tool(run: Any, name: str = "fake", timeout_ms: int = 5000, limit: int =
     return BoundTool(Tool(name=name, description="", parameters={}, run=run), timeout_ms, limit)
 
 
-async def run_frame(bound: BoundTool, scratch: Scratchpad | None, args: str = "{}",
-                    signal: asyncio.Event | None = None, call_id: str = "id-1") -> omni.ToolCallOutputPayload:
+async def run_frame(
+    bound: BoundTool,
+    scratch: Scratchpad | None,
+    args: str = "{}",
+    signal: asyncio.Event | None = None,
+    call_id: str = "id-1",
+) -> omni.ToolCallOutputPayload:
     def context(b: BoundTool, tool_call_id: str, emit: Any) -> ToolContext:
-        return ToolContext(tool_name=b.name, tool_call_id=tool_call_id, workspace="/w",
-                           scratchpad="/s", timeout_ms=b.timeout_ms, channel=cast(Any, None),
-                           commands=cast(Any, None), emit=emit)
+        return ToolContext(
+            tool_name=b.name,
+            tool_call_id=tool_call_id,
+            workspace="/w",
+            scratchpad="/s",
+            timeout_ms=b.timeout_ms,
+            channel=cast(Any, None),
+            commands=cast(Any, None),
+            emit=emit,
+        )
 
     call = omni.ToolCallPayload(name=bound.name, arguments=args, tool_call_id=call_id)
     messages = [m async for m in execute_call(call, {bound.name: bound}, context, scratch, signal)]
@@ -42,6 +54,7 @@ def emitting(*chunks: str, result: ToolResult | None = None) -> Any:
         for chunk in chunks:
             await ctx.emit(chunk)
         return result or ToolResult()
+
     return run
 
 
@@ -59,8 +72,10 @@ async def test_truncation_marker_index_and_archive(scratch: Scratchpad) -> None:
     text = "x" * 70 + "y" * 70 + "z" * 10
     final = await run_frame(make_tool(emitting(text[:70], text[70:140], text[140:])), scratch)
     name = archive_name("fake", "id-1")
-    assert final.output == (text[:100] + "\n[output truncated: exceeded 100 chars]\n"
-                            f"[output archived: /model/scratch/truncated-tool-output/{name}]")
+    assert final.output == (
+        text[:100] + "\n[output truncated: exceeded 100 chars]\n"
+        f"[output archived: /model/scratch/truncated-tool-output/{name}]"
+    )
     assert final.output.index("[output truncated") == 101
     archive = scratch.host_dir / "truncated-tool-output" / name
     assert archive.read_text() == text
@@ -68,8 +83,12 @@ async def test_truncation_marker_index_and_archive(scratch: Scratchpad) -> None:
 
 
 async def test_note_order_and_tool_status(scratch: Scratchpad) -> None:
-    final = await run_frame(make_tool(emitting("y" * 150, result=ToolResult(
-        note="[exit code: 2]", stop_reason="failed"))), scratch)
+    final = await run_frame(
+        make_tool(
+            emitting("y" * 150, result=ToolResult(note="[exit code: 2]", stop_reason="failed"))
+        ),
+        scratch,
+    )
     lines = final.output.split("\n")
     assert lines[1] == "[output truncated: exceeded 100 chars]"
     assert lines[2].startswith("[output archived: ")
@@ -91,6 +110,7 @@ async def test_thrown_error_keeps_output(scratch: Scratchpad) -> None:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         await ctx.emit("so far")
         raise ToolError("boom")
+
     final = await run_frame(make_tool(run), scratch)
     assert (final.output, final.stop_reason) == ("so far\n[tool error] boom", "failed")
 
@@ -98,6 +118,7 @@ async def test_thrown_error_keeps_output(scratch: Scratchpad) -> None:
 async def test_unexpected_exception_is_a_tool_error(scratch: Scratchpad) -> None:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise KeyError("k")
+
     final = await run_frame(make_tool(run), scratch)
     assert final.output == "[tool error] 'k'" and final.stop_reason == "failed"
 
@@ -105,6 +126,7 @@ async def test_unexpected_exception_is_a_tool_error(scratch: Scratchpad) -> None
 async def test_tool_failure_text_is_the_output(scratch: Scratchpad) -> None:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolFailure("File not found.")
+
     final = await run_frame(make_tool(run), scratch)
     assert (final.output, final.stop_reason) == ("File not found.", "failed")
 
@@ -119,6 +141,7 @@ async def test_timeout(scratch: Scratchpad) -> None:
         finally:
             cleaned.set()
         return ToolResult()
+
     final = await run_frame(make_tool(run, timeout_ms=200), scratch)
     assert final.output == "started\n[tool timeout: exceeded 200ms]"
     assert final.stop_reason == "failed" and cleaned.is_set()
@@ -130,6 +153,7 @@ async def test_abort_beats_timeout_and_error(scratch: Scratchpad) -> None:
     async def run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         signal.set()
         raise ToolError("also failed")
+
     final = await run_frame(make_tool(run), scratch, signal=signal)
     assert final.stop_reason == "aborted"
     assert final.output == "[interrupted: tool aborted by user]"
@@ -137,17 +161,20 @@ async def test_abort_beats_timeout_and_error(scratch: Scratchpad) -> None:
 
 async def test_images_only_on_completed(scratch: Scratchpad) -> None:
     image = "data:image/png;base64,AAAA"
-    ok = await run_frame(make_tool(emitting("image/png, 1 B", result=ToolResult(images=[image]))),
-                         scratch)
+    ok = await run_frame(
+        make_tool(emitting("image/png, 1 B", result=ToolResult(images=[image]))), scratch
+    )
     assert ok.images == [image]
-    failed = await run_frame(make_tool(emitting(result=ToolResult(images=[image],
-                                                                  stop_reason="failed"))), scratch)
+    failed = await run_frame(
+        make_tool(emitting(result=ToolResult(images=[image], stop_reason="failed"))), scratch
+    )
     assert failed.images is None
 
 
 async def test_disabled_limit_streams_everything(scratch: Scratchpad) -> None:
-    bound = BoundTool(Tool(name="t", description="", parameters={}, run=emitting("a" * 500)),
-                      5000, 0)
+    bound = BoundTool(
+        Tool(name="t", description="", parameters={}, run=emitting("a" * 500)), 5000, 0
+    )
     final = await run_frame(bound, scratch)
     assert final.output == "a" * 500
 

@@ -16,40 +16,90 @@ def test_tool_call_output_shape() -> None:
     data = omni.to_dict(message)
     assert set(data) == {"timestamp", "type", "payload"}
     assert data["type"] == "model_msg"
-    assert data["payload"] == {"type": "tool_call_output", "role": "user", "output": "hi",
-                               "tool_call_id": "c1", "stop_reason": "completed"}
+    assert data["payload"] == {
+        "type": "tool_call_output",
+        "role": "user",
+        "output": "hi",
+        "tool_call_id": "c1",
+        "stop_reason": "completed",
+    }
     assert data["timestamp"].endswith("Z")
 
 
 def test_partial_shape_has_stop_reason_and_no_images() -> None:
     data = omni.to_dict(omni.partial_tool_call_output("c1", "start"))
-    assert data["payload"] == {"type": "partial_tool_call_output", "role": "user",
-                               "event_type": "start", "output": "", "tool_call_id": "c1",
-                               "stop_reason": "completed"}
+    assert data["payload"] == {
+        "type": "partial_tool_call_output",
+        "role": "user",
+        "event_type": "start",
+        "output": "",
+        "tool_call_id": "c1",
+        "stop_reason": "completed",
+    }
 
 
 SAMPLES = [
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "model_msg",
-     "payload": {"type": "thinking", "role": "assistant", "thinking": "",
-                 "fidelity": {"id": "rs_1", "encrypted_content": "gAAA", "nested": [1, {"a": None}]}}},
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "model_msg", "origin": ["child-1"],
-     "payload": {"type": "text", "role": "assistant", "text": "hi"}},
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "event_msg",
-     "payload": {"type": "abort", "reason": None}},
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "event_msg",
-     "payload": {"type": "token_usage",
-                 "session": {"cache_read": 1, "cache_write": 2, "output": 3, "total": 6},
-                 "request": {"cache_read": 0, "cache_write": 0, "output": 3, "total": 3}}},
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "model_msg",
-     "payload": {"type": "tool_call_output", "role": "user", "output": "x",
-                 "images": ["data:image/png;base64,AA=="], "tool_call_id": "c",
-                 "stop_reason": "completed"}},
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "model_msg",
-     "payload": {"type": "future_payload", "role": "user", "something": {"new": True}}},
-    {"timestamp": "2026-01-01T00:00:00.000Z", "type": "session_meta",
-     "payload": {"session_id": "s", "provider": "p", "model_id": "m", "model_context_window": 1000,
-                 "system_prompt": "", "tools": [{"name": "t", "description": "d"}],
-                 "agent_state": "/a", "workspace": "/w"}},
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "model_msg",
+        "payload": {
+            "type": "thinking",
+            "role": "assistant",
+            "thinking": "",
+            "fidelity": {"id": "rs_1", "encrypted_content": "gAAA", "nested": [1, {"a": None}]},
+        },
+    },
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "model_msg",
+        "origin": ["child-1"],
+        "payload": {"type": "text", "role": "assistant", "text": "hi"},
+    },
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "event_msg",
+        "payload": {"type": "abort", "reason": None},
+    },
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "event_msg",
+        "payload": {
+            "type": "token_usage",
+            "session": {"cache_read": 1, "cache_write": 2, "output": 3, "total": 6},
+            "request": {"cache_read": 0, "cache_write": 0, "output": 3, "total": 3},
+        },
+    },
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "model_msg",
+        "payload": {
+            "type": "tool_call_output",
+            "role": "user",
+            "output": "x",
+            "images": ["data:image/png;base64,AA=="],
+            "tool_call_id": "c",
+            "stop_reason": "completed",
+        },
+    },
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "model_msg",
+        "payload": {"type": "future_payload", "role": "user", "something": {"new": True}},
+    },
+    {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "type": "session_meta",
+        "payload": {
+            "session_id": "s",
+            "provider": "p",
+            "model_id": "m",
+            "model_context_window": 1000,
+            "system_prompt": "",
+            "tools": [{"name": "t", "description": "d"}],
+            "agent_state": "/a",
+            "workspace": "/w",
+        },
+    },
 ]
 
 
