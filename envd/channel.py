@@ -118,7 +118,8 @@ class RunnerChannel:
                 if time.monotonic() > deadline:
                     raise ChannelClosed(f"runner did not start: {exc}") from exc
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.05)
+                # Short steps: every millisecond here is session start latency.
+                delay = min(delay * 2, 0.01)
         channel = cls(reader, writer)
         await channel.call("ping")
         return channel

@@ -90,6 +90,10 @@ class CommandSessions:
     def __len__(self) -> int:
         return len(self.sessions)
 
+    def running(self) -> bool:
+        """Whether any command session is still running (as far as the daemon knows)."""
+        return any(entry.exit_info is None for entry in self.sessions.values())
+
     def get(self, process_id: str) -> CommandSession | None:
         entry = self.sessions.get(process_id)
         if entry is not None:

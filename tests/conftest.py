@@ -58,6 +58,7 @@ def docker_ready() -> None:
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="envd-test-"))
+    DATA_DIRS.add(str(path))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -154,8 +155,10 @@ async def remote_env(envd_daemon):  # type: ignore[no-untyped-def]
     await env.dispose()
 
 
-# Owners (docker label envd.owner) of every sandbox this test run may create.
+# Owners (docker label envd.owner) of every sandbox this test run may create, and the data
+# directories of its daemons and managers (local runners and daemons name them in argv).
 OWNERS: set[str] = set()
+DATA_DIRS: set[str] = set()
 
 
 def daemon_owner(data_dir: Path) -> str:
@@ -181,7 +184,19 @@ def _leftovers() -> set[str]:
 def no_leaked_sandboxes() -> Iterator[None]:
     """Fail the run when the suite leaves an envd container or workspace volume behind."""
     yield
-    if shutil.which("docker") is None or not OWNERS:
-        return
-    leaked = _leftovers()
-    assert not leaked, f"the test suite leaked containers or volumes: {sorted(leaked)}"
+    docker = shutil.which("docker") is not None and OWNERS
+    leaked = (_leftovers() if docker else set()) | _leftover_processes()
+    assert not leaked, f"the test suite leaked containers, volumes or processes: {sorted(leaked)}"
+
+
+def _leftover_processes() -> set[str]:
+    """Runners of the local backend and daemons still running from this test run."""
+    found: set[str] = set()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(d in argv for d in DATA_DIRS) and ("runner.py" in argv or "envd.cli" in argv):
+            found.add(f"pid {cmdline.parent.name}: {argv[:120]}")
+    return found

@@ -48,9 +48,10 @@ class DaemonProcess:
         health_credentials: grpc.ChannelCredentials | None = None,
         server_name: str | None = None,
     ) -> DaemonProcess:
-        from tests.conftest import OWNERS, daemon_owner
+        from tests.conftest import DATA_DIRS, OWNERS, daemon_owner
 
         OWNERS.add(daemon_owner(self.data_dir))
+        DATA_DIRS.add(str(self.data_dir))
         env = dict(os.environ)
         env["ENVD_TOKENS"] = ",".join(f"{t}:{n}" for t, n in self.tokens.items())
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"

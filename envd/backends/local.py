@@ -55,7 +55,7 @@ class LocalBackend:
         (ctl / SOCKET_NAME).unlink(missing_ok=True)
         try:
             proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; reaped in a thread
-                [sys.executable, "-I", str(RUNNER_DIR / "runner.py"),
+                [sys.executable, "-I", "-S", str(RUNNER_DIR / "runner.py"),
                  "--socket", str(ctl / SOCKET_NAME)],
                 cwd=workspace,
                 stdin=subprocess.DEVNULL,

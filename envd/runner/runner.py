@@ -679,7 +679,7 @@ class Runner:
         if self.uid is not None and os.geteuid() == 0:
             kwargs.update(user=self.uid, group=self.gid, extra_groups=[])
         popen = subprocess.Popen(
-            [sys.executable, "-I", TRANSFER_HELPER, *args],
+            [sys.executable, "-I", "-S", TRANSFER_HELPER, *args],
             stdin=subprocess.PIPE if feed else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

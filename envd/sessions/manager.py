@@ -317,6 +317,8 @@ class SessionManager:
             now = time.monotonic()
             for session in list(self.sessions.values()):
                 ttl = session.options.idle_ttl_seconds
-                if ttl > 0 and not session.running and now - session.last_used > ttl:
+                # Running calls and running command sessions are activity, not idleness.
+                busy = session.running or session.commands.running()
+                if ttl > 0 and not busy and now - session.last_used > ttl:
                     with contextlib.suppress(Exception):
                         await self.close(session.session_id, session.tenant, "idle_timeout")

@@ -173,3 +173,24 @@ async def test_idle_ttl_closes_and_tells(daemon_dir: Path) -> None:
             )
     finally:
         daemon.stop()
+
+
+async def test_idle_ttl_spares_sessions_with_running_commands(daemon_dir: Path) -> None:
+    daemon = DaemonProcess(daemon_dir, image=IMAGE).start()
+    try:
+        env = await RemoteEnvironment.create(daemon.target, token=daemon.token,
+                                             idle_ttl_seconds=1)
+        await call_tool(env, "exec_command", {"cmd": "sleep 4", "run_in_background": True})
+        await asyncio.sleep(2.5)
+        assert (await env.client.get_session(env.session_id)).state == 2  # still running
+        events = env.client.watch(env.session_id)
+        reasons = []
+        async for event in events:
+            if event.HasField("session_closed"):
+                reasons.append(event.session_closed.reason)
+                break
+        assert reasons == ["idle_timeout"]
+        await env.client.close()
+    finally:
+        await _close_all(daemon)
+        daemon.stop()
