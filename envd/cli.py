@@ -109,11 +109,12 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         sys.exit(f"envd: invalid configuration: {exc}")
     logs.setup(config.log_level)
+    from envd.backends.base import BackendError
     from envd.server.app import serve
 
     try:
         asyncio.run(serve(config))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, BackendError) as exc:
         sys.exit(f"envd: {exc}")
 
 
