@@ -1,8 +1,10 @@
 """The daemon's end of a runner connection: requests, replies, and per-process event streams.
 
 One unix-socket connection per sandbox carries every request and every process's output. A
-process's events go to its subscriber (a bounded queue: a slow consumer slows that sandbox's
-output down instead of growing memory); ``exit`` events also go to the exit listeners.
+process's events go to its subscriber; ``exit`` events also go to the exit listeners. Live output
+is flow-controlled per process: the runner sends at most :data:`STREAM_CREDIT` bytes ahead of
+what the subscriber has consumed, and consuming grants more. So a slow consumer slows its own
+process down, never the connection's reader, the replies or the other processes on it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 
 from envd.runner.runner import FRAME_PREFIX, MAX_BODY, MAX_HEADER, encode_frame
 
-_STREAM_DEPTH = 64
+STREAM_CREDIT = 1 << 20
+_GRANT_STEP = 256 << 10
 
 
 class ChannelClosed(ConnectionError):
@@ -37,20 +40,43 @@ class ProcEvent:
     kind: str  # "out", "exit" or "closed"
     text: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    size: int = 0  # bytes on the wire, for flow control
+
+
+class _ConsumedQueue(asyncio.Queue[ProcEvent]):
+    """A queue that reports every event taken out of it, however it is taken."""
+
+    def __init__(self, on_taken: Callable[[ProcEvent], None]) -> None:
+        super().__init__()
+        self._on_taken = on_taken
+
+    def _get(self) -> ProcEvent:
+        event: ProcEvent = super()._get()
+        self._on_taken(event)
+        return event
 
 
 class ProcStream:
     """Events of one process, in order."""
 
-    def __init__(self, proc_id: str, channel_closed: asyncio.Event) -> None:
+    def __init__(self, proc_id: str, channel_closed: asyncio.Event,
+                 grant: Callable[[str, int], None]) -> None:
         self.proc_id = proc_id
-        self.queue: asyncio.Queue[ProcEvent] = asyncio.Queue(maxsize=_STREAM_DEPTH)
+        self.queue: asyncio.Queue[ProcEvent] = _ConsumedQueue(self._taken)
         self.closed = False
         self._channel_closed = channel_closed
+        self._grant = grant
+        self._consumed = 0
 
-    async def put(self, event: ProcEvent) -> None:
+    def _taken(self, event: ProcEvent) -> None:
+        self._consumed += event.size
+        if self._consumed >= _GRANT_STEP:
+            self._grant(self.proc_id, self._consumed)
+            self._consumed = 0
+
+    def put(self, event: ProcEvent) -> None:
         if not self.closed:
-            await self.queue.put(event)
+            self.queue.put_nowait(event)
 
     async def next(self, timeout: float | None = None) -> ProcEvent | None:
         """The next event, or None when ``timeout`` seconds pass first. After the channel
@@ -84,9 +110,10 @@ class ProcStream:
         return events
 
     def close(self) -> None:
-        # Drain so that a reader blocked on put() goes on; later events are dropped.
+        """Later events are dropped (a process still attached then waits for credit until it
+        is killed, detached or exits)."""
         self.closed = True
-        self.pending()
+        self.queue = asyncio.Queue()  # drop what is queued, without granting credit for it
 
 
 ExitListener = Callable[[dict[str, Any]], None]
@@ -102,6 +129,7 @@ class RunnerChannel:
         self._exit_listeners: list[ExitListener] = []
         self._write_lock = asyncio.Lock()
         self._closed = asyncio.Event()
+        self._grants: set[asyncio.Task[dict[str, Any]]] = set()
         self.close_reason = ""
         self._reader_task = asyncio.create_task(self._read_loop())
 
@@ -145,6 +173,8 @@ class RunnerChannel:
     ) -> tuple[dict[str, Any], bytes]:
         if self.closed:
             raise ChannelClosed(self.close_reason or "runner connection closed")
+        if op in ("spawn", "attach") and fields.get("attach", True):
+            fields.setdefault("credit", STREAM_CREDIT)
         self._next_rid += 1
         rid = self._next_rid
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = (
@@ -166,9 +196,22 @@ class RunnerChannel:
             )
         return header, reply_body
 
+    def _grant(self, proc_id: str, nbytes: int) -> None:
+        """Tell the runner a subscriber consumed ``nbytes`` of a process's output."""
+        if self.closed:
+            return
+        task = asyncio.ensure_future(self.call("credit", id=proc_id, bytes=nbytes))
+        self._grants.add(task)
+        task.add_done_callback(self._grant_done)
+
+    def _grant_done(self, task: asyncio.Task[dict[str, Any]]) -> None:
+        self._grants.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a lost grant only matters if the channel is gone
+
     @contextlib.asynccontextmanager
     async def subscribe(self, proc_id: str) -> AsyncIterator[ProcStream]:
-        stream = ProcStream(proc_id, self._closed)
+        stream = ProcStream(proc_id, self._closed, self._grant)
         self._streams[proc_id] = stream
         try:
             yield stream
@@ -203,6 +246,7 @@ class RunnerChannel:
             self._writer.close()
 
     async def _dispatch(self, header: dict[str, Any], body: bytes) -> None:
+        # Never blocks: flow control bounds what each stream holds.
         event = header.get("ev")
         if event is None:
             future = self._pending.get(header.get("rid", -1))
@@ -213,10 +257,10 @@ class RunnerChannel:
         stream = self._streams.get(proc_id)
         if event == "out":
             if stream is not None:
-                await stream.put(ProcEvent("out", body.decode("utf-8", "replace")))
+                stream.put(ProcEvent("out", body.decode("utf-8", "replace"), size=len(body)))
         elif event == "exit":
             if stream is not None and header.get("delivered"):
-                await stream.put(ProcEvent("exit", info=header))
+                stream.put(ProcEvent("exit", info=header))
             for listener in list(self._exit_listeners):
                 with contextlib.suppress(Exception):
                     listener(header)

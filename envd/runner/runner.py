@@ -139,6 +139,11 @@ class Proc:
         self.tail = ""
         self.tail_truncated = False
         self.attached: Connection | None = None
+        # Flow control of live output: bytes the attached connection may still receive (None:
+        # unlimited). The daemon grants more as it consumes, so one slow consumer never blocks
+        # the connection that every other process and reply of the sandbox shares.
+        self.credit: int | None = None
+        self.wake = asyncio.Event()  # credit granted, attachment changed, or exited
         self.exit_code: int | None = None
         self.exit_signal: int | None = None
         self.exit_time: float | None = None
@@ -161,8 +166,14 @@ class Proc:
         else:
             self.exit_code = returncode
         self.exit_time = time.monotonic()
+        self.wake.set()
         if not self.exited.done():
             self.exited.set_result(None)
+
+    def attach(self, conn: Connection | None, credit: int | None = None) -> None:
+        self.attached = conn
+        self.credit = credit
+        self.wake.set()
 
     def keep(self, text: str) -> None:
         self.unread.append(text)
@@ -384,9 +395,18 @@ class Runner:
         if not text:
             return
         proc.remember_tail(text)
+        # Wait for credit while attached; an exit or a detach ends the wait (after an exit the
+        # rest is small: what was still in the pipe).
+        while (proc.attached is not None and proc.credit is not None and proc.credit <= 0
+               and proc.exit_time is None and not proc.attached.closed):
+            proc.wake.clear()
+            await proc.wake.wait()
         conn = proc.attached
         if conn is not None and not conn.closed:
-            await conn.send({"ev": "out", "id": proc.id}, text.encode("utf-8", "surrogatepass"))
+            data = text.encode("utf-8", "surrogatepass")
+            if proc.credit is not None:
+                proc.credit -= len(data)
+            await conn.send({"ev": "out", "id": proc.id}, data)
         else:
             proc.keep(text)
 
@@ -462,7 +482,7 @@ class Runner:
                     dict(h.get("meta") or {}))
         self.procs[pid_id] = proc
         if h.get("attach", True):
-            proc.attached = conn
+            proc.attach(conn, _credit(h))
         asyncio.get_running_loop().create_task(self.pump(proc))
         self.on_sigchld()  # it may already have exited
         return {"pid": popen.pid}
@@ -475,7 +495,7 @@ class Runner:
             if not text:
                 break
             await conn.send({"ev": "out", "id": proc.id}, text.encode("utf-8", "surrogatepass"))
-        proc.attached = conn
+        proc.attach(conn, _credit(h))
         if "orphan" in h:
             proc.orphan = str(h["orphan"])
         if proc.drained and not proc.exit_sent:
@@ -487,7 +507,7 @@ class Runner:
     async def op_detach(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
         proc = self._get(h)
         if proc.attached is conn:
-            proc.attached = None
+            proc.attach(None)
         if "orphan" in h:
             proc.orphan = str(h["orphan"])
         if "meta" in h:
@@ -518,9 +538,19 @@ class Runner:
 
     async def op_forget(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
         proc = self.procs.pop(str(h.get("id")), None)
-        if proc is not None and proc.exit_time is None:
-            proc.signal_group(signal.SIGKILL)
+        if proc is not None:
+            proc.attach(None)
+            if proc.exit_time is None:
+                proc.signal_group(signal.SIGKILL)
         return {"found": proc is not None}
+
+    async def op_credit(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
+        """More live output the attached connection can take (it consumed that much)."""
+        proc = self.procs.get(str(h.get("id")))
+        if proc is not None and proc.attached is conn and proc.credit is not None:
+            proc.credit += int(h.get("bytes", 0))
+            proc.wake.set()
+        return {}
 
     async def op_stdin(self, conn: Connection, h: dict[str, Any], body: bytes) -> dict[str, Any]:
         proc = self._get(h)
@@ -876,7 +906,7 @@ class Runner:
             self.conns.discard(conn)
             for proc in list(self.procs.values()):
                 if proc.attached is conn:
-                    proc.attached = None
+                    proc.attach(None)
                     if proc.orphan == "kill":
                         self.procs.pop(proc.id, None)
                         proc.signal_group(signal.SIGKILL)
@@ -889,6 +919,11 @@ class Runner:
     def shutdown(self) -> None:
         for proc in self.procs.values():
             proc.signal_group(signal.SIGKILL)
+
+
+def _credit(h: dict[str, Any]) -> int | None:
+    value = h.get("credit")
+    return None if value is None else int(value)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
