@@ -119,8 +119,10 @@ async def test_daemon_gone_gives_one_failed_output(docker_ready: None) -> None:
     finally:
         # Restart on the same data dir so that it re-adopts and we can close the session.
         restarted = DaemonProcess(root / "data", image=IMAGE, port=daemon.port).start()
-        async with EnvdClient(restarted.target, restarted.token) as client:
-            for s in await client.list_sessions():
-                await client.close_session(s.session_id)
-        restarted.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        try:
+            async with EnvdClient(restarted.target, restarted.token) as client:
+                for s in await client.list_sessions():
+                    await client.close_session(s.session_id)
+        finally:
+            restarted.stop()
+            shutil.rmtree(root, ignore_errors=True)

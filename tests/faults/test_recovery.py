@@ -29,10 +29,13 @@ def daemon_dir(docker_ready: None) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-async def _close_all(daemon: DaemonProcess) -> None:
-    async with EnvdClient(daemon.target, daemon.token) as client:
-        for session in await client.list_sessions():
-            await client.close_session(session.session_id)
+async def _close_all_and_stop(daemon: DaemonProcess) -> None:
+    try:
+        async with EnvdClient(daemon.target, daemon.token) as client:
+            for session in await client.list_sessions():
+                await client.close_session(session.session_id)
+    finally:
+        daemon.stop()
 
 
 async def _until_reachable(env: RemoteEnvironment, args: dict, attempts: int = 100):  # type: ignore[no-untyped-def,type-arg]
@@ -63,8 +66,7 @@ async def test_kill_9_keeps_sessions_and_command_sessions(daemon_dir: Path) -> N
         assert "keep me" in kept.output
         await env.dispose()
     finally:
-        await _close_all(daemon)
-        daemon.stop()
+        await _close_all_and_stop(daemon)
 
 
 async def test_background_completion_survives_a_restart(daemon_dir: Path) -> None:
@@ -85,8 +87,7 @@ async def test_background_completion_survives_a_restart(daemon_dir: Path) -> Non
         await again.client.close()
         await env.client.close()
     finally:
-        await _close_all(daemon)
-        daemon.stop()
+        await _close_all_and_stop(daemon)
 
 
 async def test_unclaimed_containers_are_removed_at_start(daemon_dir: Path) -> None:
@@ -136,8 +137,7 @@ async def test_sigterm_aborts_running_calls_and_keeps_sessions(daemon_dir: Path)
         assert after.output == "back\n"
         await env.dispose()
     finally:
-        await _close_all(daemon)
-        daemon.stop()
+        await _close_all_and_stop(daemon)
 
 
 async def test_session_limit(daemon_dir: Path) -> None:
@@ -150,8 +150,7 @@ async def test_session_limit(daemon_dir: Path) -> None:
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "limit of 1 sessions" in (err.value.details() or "")
     finally:
-        await _close_all(daemon)
-        daemon.stop()
+        await _close_all_and_stop(daemon)
 
 
 async def test_idle_ttl_closes_and_tells(daemon_dir: Path) -> None:
@@ -192,5 +191,4 @@ async def test_idle_ttl_spares_sessions_with_running_commands(daemon_dir: Path) 
         assert reasons == ["idle_timeout"]
         await env.client.close()
     finally:
-        await _close_all(daemon)
-        daemon.stop()
+        await _close_all_and_stop(daemon)
