@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 
 import pytest
@@ -110,3 +111,23 @@ async def test_close_is_idempotent_and_removes_everything(
     ).stdout
     assert volumes.strip() == ""
     assert not session.handle.host_dir.exists()
+
+
+async def test_completion_waits_for_a_watcher(docker_env: SandboxEnvironment) -> None:
+    """A background command that finishes while nobody watches is reported to the next
+    watcher."""
+    session = docker_env.session
+    started = await call_tool(docker_env, "exec_command",
+                              {"cmd": "echo quick", "run_in_background": True})
+    process_id = started.output.split("process_id ")[1].split(";")[0]
+    for _ in range(200):  # until the daemon has seen the exit (and had nobody to tell)
+        entry = session.commands.sessions.get(process_id)
+        if entry is not None and entry.exit_info is not None:
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the background command did not finish")
+    events = session.watch()
+    done = await asyncio.wait_for(events.__anext__(), 5)
+    assert (done.process_id, done.status, done.output_tail) == (process_id, "completed", "quick\n")
+    await events.aclose()
