@@ -23,7 +23,6 @@ from envd.config import DaemonConfig
 from envd.errors import (
     CapacityExceeded,
     InvalidArgument,
-    SandboxUnavailable,
     SessionNotFound,
     ShuttingDown,
 )
@@ -31,6 +30,7 @@ from envd.metrics import Metrics
 from envd.sessions.model import SessionOptions, check_session_id, new_session_id
 from envd.sessions.pool import WarmPool
 from envd.sessions.session import Session, SessionClosed
+from envd.sessions.start import start_sandbox
 from envd.sessions.store import SessionStore
 from envd.tools import builtin_tools
 
@@ -211,21 +211,12 @@ class SessionManager:
         try:
             self.store.put(spec.session_id, tenant, options, spec.model_dump_json(), created_at)
             try:
-                handle = await self.backend.create(spec)
-                channel = await RunnerChannel.connect(handle.socket_path)
-            except (BackendError, ChannelClosed, RunnerCallError) as exc:
-                self.store.delete(spec.session_id)
-                with contextlib.suppress(BackendError):
-                    await self.backend.destroy(spec.session_id)
-                raise SandboxUnavailable(f"cannot start the sandbox: {exc}") from exc
+                return await start_sandbox(self.backend, spec)
             except BaseException:
                 self.store.delete(spec.session_id)
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(self.backend.destroy(spec.session_id))
                 raise
         finally:
             self._starting -= 1
-        return handle, channel
 
     def _register(
         self,

@@ -15,9 +15,11 @@ import logging
 from dataclasses import dataclass
 
 from envd.backends.base import Backend, BackendError, SandboxHandle, SandboxSpec
-from envd.channel import ChannelClosed, RunnerCallError, RunnerChannel
+from envd.channel import RunnerChannel
+from envd.errors import SandboxUnavailable
 from envd.metrics import Metrics
 from envd.sessions.model import new_session_id
+from envd.sessions.start import start_sandbox
 
 log = logging.getLogger("envd.pool")
 _RETRY_S = 5.0
@@ -71,12 +73,10 @@ class WarmPool:
             while len(self.ready) < self.size:
                 spec = self.template.model_copy(update={"session_id": new_session_id()})
                 try:
-                    handle = await self.backend.create(spec)
-                    channel = await RunnerChannel.connect(handle.socket_path)
-                except (BackendError, ChannelClosed, RunnerCallError, OSError) as exc:
+                    # A shutdown cancelling this lets the start finish and removes it.
+                    handle, channel = await start_sandbox(self.backend, spec)
+                except SandboxUnavailable as exc:
                     log.warning("cannot warm a sandbox: %s", exc)
-                    with contextlib.suppress(BackendError):
-                        await self.backend.destroy(spec.session_id)
                     await asyncio.sleep(_RETRY_S)
                     continue
                 self.ready.append(WarmSandbox(spec, handle, channel))
