@@ -9,7 +9,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _envd_containers() -> set[str]:
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", "label=envd.managed"],
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
 def test_benchmarks_run(docker_ready: None) -> None:
+    before = _envd_containers()
     result = subprocess.run([sys.executable, "-m", "bench", "--smoke"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     print(result.stdout)
@@ -18,3 +25,5 @@ def test_benchmarks_run(docker_ready: None) -> None:
                  "throughput", "daemon RSS growth", "concurrency", "idle memory per session"):
         assert name in result.stdout
     assert "errors 0, containers left 0" in result.stdout
+    # The benchmark daemons (warm pool included) leave nothing behind.
+    assert _envd_containers() <= before
