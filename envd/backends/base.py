@@ -8,7 +8,7 @@ else (tools, framing, sessions) is backend-agnostic.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -47,7 +47,6 @@ class SandboxHandle:
     workspace: str  # as the model sees it
     scratchpad: Scratchpad
     host_dir: Path  # per-session state on the host
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
