@@ -188,11 +188,10 @@ async def flush_pending(stream: ProcStream, emit: Callable[[str], Any]) -> dict[
 async def forward_while(
     stream: ProcStream, emit: Callable[[str], Any], request: Awaitable[T]
 ) -> tuple[asyncio.Future[T], dict[str, Any] | None]:
-    """Await a runner request while forwarding the process's events.
-
-    The channel's reader blocks on a full stream queue, and the request's reply queues up behind
-    the output on the same connection: a busy process would hold the reply up for good. Returns
-    the finished request (result or exception inside) and the exit info if the exit came too."""
+    """Await a runner request while forwarding the process's events, so that output produced
+    meanwhile (e.g. during a kill's grace period) reaches the caller live rather than after the
+    reply, and keeps the process's flow-control credit flowing. Returns the finished request
+    (result or exception inside) and the exit info if the exit came too."""
     task = asyncio.ensure_future(request)
     exit_info = None
     try:

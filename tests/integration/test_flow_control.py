@@ -28,9 +28,20 @@ async def test_a_stalled_consumer_holds_up_only_its_process(
             env={},
             attach=True,
         )
-        await asyncio.sleep(1.0)  # yes writes as fast as it can; nobody reads the stream
-        held = sum(event.size for event in stream.queue._queue)  # type: ignore[attr-defined]
-        assert 0 < held <= STREAM_CREDIT + (256 << 10)
+        # yes writes as fast as it can and nobody reads: the credit runs out...
+        def held() -> int:
+            return sum(event.size for event in stream.queue._queue)  # type: ignore[attr-defined]
+
+        for _ in range(500):
+            if held() >= STREAM_CREDIT:  # the runner sends until its credit is spent
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError(f"only {held()} bytes arrived")
+        # ... and nothing more arrives while it stays unread.
+        stalled_at = held()
+        await asyncio.sleep(0.5)
+        assert held() == stalled_at <= STREAM_CREDIT + (256 << 10)
         started = time.monotonic()
         other = await call_tool(sandbox_env, "exec_command", {"cmd": "echo unaffected"})
         assert other.output == "unaffected\n"
